@@ -1,0 +1,51 @@
+"""The ``transduce`` command: one subcommand per job, each defined in the module that does it.
+
+Each subcommand module has ``add_arguments(parser)`` and ``run(args) -> int``; it is
+imported only when chosen, so ``transduce --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .config import ConfigError
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "info": ("transduce.info", "show a preset or config: sizes, parameter counts, settings"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="transduce", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"transduce {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:
+            importlib.import_module(module).add_arguments(p)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(importlib.import_module(COMMANDS[args.command][0]).run(args) or 0)
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        print(f"transduce {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Attention (paper §3.2): scaled dot-product, multi-head, and the alternatives the paper compares.
+
+Masks are boolean and mean "may attend" (True = keep). They broadcast to
+``(B, h, T_q, T_k)``. A query row whose keys are all masked returns zeros.
+
+Two paths compute scaled dot-product attention:
+
+* :func:`attention_reference` — the formula written out, returns the weights too
+  (used for visualisation, additive attention and as the test oracle);
+* :func:`attention_fast` — ``torch.nn.functional.scaled_dot_product_attention``,
+  the fused kernel used for training and decoding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def _guard_empty_rows(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+    """Let fully-masked rows attend everywhere (so no NaN), and return them to zero later.
+
+    Returns ``(safe_mask, empty_rows)``; ``empty_rows`` is (…, T_q, 1) bool or None.
+    """
+    if mask is None:
+        return None, None
+    empty = ~mask.any(dim=-1, keepdim=True)  # (B, 1|h, T_q, 1)
+    return mask | empty, empty
+
+
+def attention_reference(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None,
+    dropout: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q Kᵀ · scale) V, written out (§3.2.1, Eq. 1).
+
+    Args:
+        q: (B, h, T_q, d_k); k: (B, h, T_k, d_k); v: (B, h, T_k, d_v)
+        mask: bool, broadcastable to (B, h, T_q, T_k); True = may attend
+        scale: defaults to 1/sqrt(d_k); 1.0 gives unscaled dot-product attention
+    Returns:
+        output (B, h, T_q, d_v) and weights (B, h, T_q, T_k)
+    """
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, h, T_q, T_k)
+    return _softmax_and_mix(scores, v, mask, dropout)
+
+
+def _softmax_and_mix(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> tuple[Tensor, Tensor]:
+    safe, empty = _guard_empty_rows(mask)
+    if safe is not None:
+        scores = scores.masked_fill(~safe, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)  # (B, h, T_q, T_k)
+    if empty is not None:
+        weights = weights.masked_fill(empty, 0.0)
+    if dropout > 0.0:
+        weights = F.dropout(weights, p=dropout, training=True)
+    return torch.matmul(weights, v), weights  # (B, h, T_q, d_v)
+
+
+def attention_fast(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None,
+    dropout: float = 0.0, is_causal: bool = False,
+) -> Tensor:
+    """Same result as :func:`attention_reference` through the fused SDPA kernel.
+
+    ``is_causal=True`` (with ``mask=None``) selects the kernel's own causal mask,
+    which avoids materialising a (T, T) mask in training.
+    """
+    safe, empty = _guard_empty_rows(mask)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=safe, dropout_p=dropout, is_causal=is_causal, scale=scale
+    )  # (B, h, T_q, d_v)
+    if empty is not None:
+        out = out.masked_fill(empty, 0.0)
+    return out
+
+
+class AdditiveScore(nn.Module):
+    """Additive (Bahdanau) compatibility per head, the alternative named in §3.2.1.
+
+    score(q, k) = wᵀ tanh(q + k), with q and k the head's projected query and key.
+    Costs O(B·h·T_q·T_k·d_k) memory, so it is for study, not speed.
+    """
+
+    def __init__(self, n_heads: int, d_k: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(n_heads, d_k))
+        nn.init.normal_(self.w, std=d_k**-0.5)
+
+    def forward(self, q: Tensor, k: Tensor) -> Tensor:
+        """q (B, h, T_q, d_k), k (B, h, T_k, d_k) -> scores (B, h, T_q, T_k)."""
+        hidden = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (B, h, T_q, T_k, d_k)
+        return torch.einsum("bhqkd,hd->bhqk", hidden, self.w)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (§3.2.2): h heads of d_k = d_model / h, concatenated, then W^O.
+
+    Self-attention projects Q, K, V with one fused (d_model, 3·d_model) matrix;
+    encoder–decoder attention projects Q from the decoder and K, V (fused) from the
+    encoder output, which the decoding cache computes once per sentence.
+
+    ``kind`` is ``"scaled_dot"`` (the paper), ``"dot"`` (no 1/√d_k, §3.2.1's
+    comparison) or ``"additive"``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, *, self_attention: bool, kind: str = "scaled_dot",
+                 dropout: float = 0.0):
+        super().__init__()
+        assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.self_attention, self.kind, self.dropout = self_attention, kind, dropout
+        if self_attention:
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+        else:
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.additive = AdditiveScore(n_heads, self.d_k) if kind == "additive" else None
+        self.scale = 1.0 if kind == "dot" else 1.0 / math.sqrt(self.d_k)
+        self.record: list[Tensor] | None = None  # set by visualisation to collect weights
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, T, d_model) -> (B, h, T, d_k)."""
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder output (B, S, d_model) -> keys and values (B, h, S, d_k) each."""
+        k, v = self.kv_proj(memory).chunk(2, dim=-1)  # (B, S, d_model) each
+        return self.split_heads(k), self.split_heads(v)
+
+    def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention input (B, T, d_model) -> q, k, v (B, h, T, d_k) each."""
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, d_model) each
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
+        """Heads in, W^O out: q (B, h, T_q, d_k), k/v (B, h, T_k, d_k) -> (B, T_q, d_model)."""
+        p = self.dropout if self.training else 0.0
+        if is_causal and (self.record is not None or self.kind == "additive"):
+            T_q, T_k = q.size(-2), k.size(-2)
+            mask = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(T_k - T_q)
+            is_causal = False
+        if self.kind == "additive":
+            out, weights = _softmax_and_mix(self.additive(q, k), v, mask, p)
+        elif self.record is not None:
+            out, weights = attention_reference(q, k, v, mask, self.scale, p)
+        else:
+            out, weights = attention_fast(q, k, v, mask, self.scale, p, is_causal), None
+        if self.record is not None:
+            self.record.append(weights.detach())
+        B, h, T, d_k = out.shape
+        out = out.transpose(1, 2).reshape(B, T, h * d_k)  # (B, T_q, d_model)
+        return self.out_proj(out)
+
+    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
+                is_causal: bool = False) -> Tensor:
+        """Full-sequence attention (training, encoding).
+
+        x: (B, T, d_model); memory: (B, S, d_model) for encoder–decoder attention.
+        """
+        if self.self_attention:
+            q, k, v = self.project_qkv(x)
+        else:
+            q = self.split_heads(self.q_proj(x))
+            k, v = self.project_kv(memory)
+        return self.attend(q, k, v, mask, is_causal)

@@ -1,0 +1,23 @@
+"""Position-wise feed-forward network (§3.3): FFN(x) = max(0, x W1 + b1) W2 + b2."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+
+class FeedForward(nn.Module):
+    """Two linear maps with a ReLU between, applied to each position alike.
+
+    ``activation_dropout`` (off in the paper presets) drops the hidden units.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff)
+        self.w2 = nn.Linear(d_ff, d_model)
+        self.act = nn.ReLU()
+        self.dropout = nn.Dropout(activation_dropout) if activation_dropout > 0 else nn.Identity()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, d_model) -> (B, T, d_model)."""
+        return self.w2(self.dropout(self.act(self.w1(x))))  # hidden: (B, T, d_ff)

@@ -1,0 +1,110 @@
+"""A model directory: everything translation needs, and nothing that executes on load.
+
+    MODEL_DIR/
+      model.safetensors   weights (tied tensors stored once)
+      config.toml         [model] = ModelConfig, [meta] = languages, provenance
+      vocab/              SentencePiece models + vocab.json (see transduce.data.vocab)
+
+Writes go to a temporary sibling directory that is renamed into place, so a
+reader never sees a half-written model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_model, save_model
+
+from .config import ConfigError, read_toml, to_toml_text
+from .data.vocab import Vocabs
+from .model import ModelConfig, Transformer
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.toml"
+VOCAB = "vocab"
+
+
+def check_vocab_matches(config: ModelConfig, vocabs: Vocabs, where: str) -> None:
+    """Raise if the vocabulary sizes differ from the config's."""
+    if len(vocabs.src) != config.vocab_size or len(vocabs.tgt) != config.target_vocab_size:
+        raise ConfigError(
+            f"{where}: vocabulary sizes {len(vocabs.src)}/{len(vocabs.tgt)} (source/target) do not match "
+            f"the model config's vocab_size={config.vocab_size}, tgt_vocab_size={config.target_vocab_size}"
+        )
+    if vocabs.shared != (config.tie_embeddings == "all") and config.tie_embeddings == "all":
+        raise ConfigError(f"{where}: tie_embeddings='all' needs one shared vocabulary, found separate ones")
+
+
+def save_model_dir(directory: str | Path, model: Transformer, vocabs: Vocabs, meta: dict[str, Any] | None = None,
+                   state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write ``model`` (or ``state_dict`` loaded into a copy of it) atomically to ``directory``."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        if state_dict is not None:
+            model = Transformer(model.config)
+            model.load_state_dict(state_dict)
+        save_model(model, str(tmp / WEIGHTS))
+        meta_table = {k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in (meta or {}).items()}
+        text = model.config.to_toml() + "\n" + to_toml_text({"meta": meta_table} if meta_table else {})
+        (tmp / CONFIG).write_text(text)
+        vocabs.save(tmp / VOCAB)
+        _fsync_tree(tmp)
+        if directory.exists():
+            old = directory.with_name(f".{directory.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(directory, old)
+            os.rename(tmp, directory)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def read_model_config(directory: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
+    path = Path(directory) / CONFIG
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not a model directory (missing {CONFIG})")
+    data = read_toml(path)
+    if "model" not in data:
+        raise ConfigError(f"{path}: missing [model] table")
+    return ModelConfig.from_dict(data["model"], where=f"{path} [model]"), data.get("meta", {})
+
+
+def load_model_dir(directory: str | Path, device: str | torch.device = "cpu"
+                   ) -> tuple[Transformer, Vocabs, dict[str, Any]]:
+    """Load a model directory; returns (model in eval mode, vocabularies, meta)."""
+    directory = Path(directory)
+    config, meta = read_model_config(directory)
+    vocabs = Vocabs.load(directory / VOCAB)
+    check_vocab_matches(config, vocabs, str(directory / VOCAB))
+    weights = directory / WEIGHTS
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights}: missing weights")
+    model = Transformer(config)
+    missing, unexpected = load_model(model, str(weights), strict=False, device=str(device))
+    if missing or unexpected:
+        raise ConfigError(f"{weights}: weights do not match the config (missing {missing}, unexpected {unexpected})")
+    return model.to(device).eval(), vocabs, meta
+
+
+def _fsync_tree(directory: Path) -> None:
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                os.fsync(f.fileno())
+        fd = os.open(root, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
