@@ -15,6 +15,17 @@ from .config import ConfigError
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("transduce.info", "show a preset or config: sizes, parameter counts, settings"),
+    "prepare": ("transduce.data.prepare", "build a data directory: corpora, BPE vocabulary, token-id cache"),
+    "train": ("transduce.train.cli", "train a model from a prepared data directory"),
+    "average": ("transduce.train.average", "average the last N checkpoints into a model directory"),
+    "translate": ("transduce.decode.cli", "translate files or stdin with a model directory"),
+    "evaluate": ("transduce.evaluate", "score translations: sacreBLEU, chrF, tokenized BLEU, perplexity"),
+    "attention": ("transduce.viz.attention", "draw attention heatmaps for a sentence"),
+    "plot": ("transduce.viz.plots", "plot the paper's arguments: positions, schedule, masks, curves"),
+    "complexity": ("transduce.viz.complexity", "measure Table 1: cost of attention, recurrent, convolutional layers"),
+    "serve": ("transduce.serve.server", "serve a model over HTTP (JSON API)"),
+    "export": ("transduce.interop.export", "export a model directory to CTranslate2 or HuggingFace MarianMT"),
+    "import": ("transduce.interop.import_marian", "import a HuggingFace MarianMT directory"),
 }
 
 
