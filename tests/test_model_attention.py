@@ -1,0 +1,124 @@
+"""Scaled dot-product and multi-head attention (§3.2)."""
+
+import math
+
+import pytest
+import torch
+
+from transduce.model.attention import MultiHeadAttention, attention_fast, attention_reference
+
+
+def qkv(B=2, h=3, T=5, S=7, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, h, T, d, generator=g), torch.randn(B, h, S, d, generator=g),
+            torch.randn(B, h, S, d, generator=g))
+
+
+def test_reference_is_the_formula():
+    q, k, v = qkv()
+    out, w = attention_reference(q, k, v)
+    expected_w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)), dim=-1)
+    torch.testing.assert_close(w, expected_w)
+    torch.testing.assert_close(out, expected_w @ v)
+
+
+@pytest.mark.parametrize("scale", [None, 1.0])
+def test_fast_equals_reference_with_padding_mask(scale):
+    q, k, v = qkv()
+    mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    mask[1, ..., 4:] = False  # second sentence: 3 padded keys
+    ref, w = attention_reference(q, k, v, mask, scale)
+    fast = attention_fast(q, k, v, mask, scale)
+    torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
+    assert torch.all(w[1, ..., 4:] == 0)  # masked keys get exactly zero weight
+
+
+def test_fast_causal_flag_equals_reference_causal_mask():
+    q, k, v = qkv(T=6, S=6)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    ref, w = attention_reference(q, k, v, causal)
+    torch.testing.assert_close(attention_fast(q, k, v, is_causal=True), ref, atol=1e-5, rtol=1e-5)
+    assert torch.all(w.triu(1) == 0)
+
+
+def test_fully_masked_row_gives_zeros_not_nan_forward_and_backward():
+    q, k, v = (t.requires_grad_() for t in qkv())
+    mask = torch.ones(2, 1, 5, 7, dtype=torch.bool)
+    mask[0, :, 2, :] = False  # query 2 of sentence 0 may see nothing
+    for fn in (lambda: attention_reference(q, k, v, mask)[0], lambda: attention_fast(q, k, v, mask)):
+        out = fn()
+        assert torch.all(out[0, :, 2] == 0)
+        out.sum().backward()
+        for t in (q, k, v):
+            assert torch.isfinite(t.grad).all()
+            t.grad = None
+
+
+def test_unscaled_attention_differs_and_saturates():
+    q, k, v = qkv(d=256)
+    _, w_scaled = attention_reference(q, k, v)
+    _, w_unscaled = attention_reference(q, k, v, scale=1.0)
+    # without 1/sqrt(d_k) the softmax is much peakier (§3.2.1's argument)
+    assert w_unscaled.max(-1).values.mean() > w_scaled.max(-1).values.mean() + 0.3
+
+
+def test_multi_head_split_and_merge_shapes():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(32, 4, self_attention=True)
+    x = torch.randn(3, 5, 32)
+    assert mha.split_heads(x).shape == (3, 4, 5, 8)
+    assert mha(x).shape == (3, 5, 32)
+
+
+def test_multi_head_equals_per_head_computation():
+    """Concat(head_1..head_h) W^O with head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (§3.2.2)."""
+    torch.manual_seed(0)
+    d, h = 16, 4
+    mha = MultiHeadAttention(d, h, self_attention=True).eval()
+    x = torch.randn(2, 5, d)
+    Wq, Wk, Wv = mha.qkv_proj.weight.chunk(3, 0)
+    bq, bk, bv = mha.qkv_proj.bias.chunk(3, 0)
+    heads = []
+    for i in range(h):
+        sl = slice(i * d // h, (i + 1) * d // h)
+        Q, K, V = x @ Wq[sl].T + bq[sl], x @ Wk[sl].T + bk[sl], x @ Wv[sl].T + bv[sl]
+        heads.append(torch.softmax(Q @ K.transpose(-1, -2) / math.sqrt(d // h), -1) @ V)
+    expected = mha.out_proj(torch.cat(heads, -1))
+    torch.testing.assert_close(mha(x), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_record_returns_reference_weights_and_same_output():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 2, self_attention=True).eval()
+    x = torch.randn(2, 4, 16)
+    fast = mha(x, is_causal=True)
+    mha.record = []
+    recorded = mha(x, is_causal=True)
+    torch.testing.assert_close(fast, recorded, atol=1e-5, rtol=1e-5)
+    (w,) = mha.record
+    assert w.shape == (2, 2, 4, 4) and torch.all(w.triu(1) == 0)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 4))
+
+
+def test_attention_dropout_only_when_configured_and_training():
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 16)
+    plain = MultiHeadAttention(16, 2, self_attention=True).train()
+    assert torch.equal(plain(x), plain(x))  # no attention dropout by default (paper presets)
+    dropped = MultiHeadAttention(16, 2, self_attention=True, dropout=0.5).train()
+    assert not torch.equal(dropped(x), dropped(x))
+    dropped.eval()
+    assert torch.equal(dropped(x), dropped(x))
+
+
+def test_additive_attention_masks_and_normalises():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 2, self_attention=False, kind="additive").eval()
+    x, mem = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], dtype=torch.bool)[:, None, None, :]
+    mha.record = []
+    out = mha(x, memory=mem, mask=mask)
+    (w,) = mha.record
+    assert out.shape == (2, 3, 16)
+    assert torch.all(w[1, ..., 2:] == 0)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 3))
