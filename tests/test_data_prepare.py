@@ -169,6 +169,8 @@ def test_filters_are_counted_and_recorded(tmp_path, capsys):
     assert m["filtered"]["ratio"] >= 1
     assert m["sentences"] == 204 - sum(m["filtered"].values())
     assert all(f"{k} {v}" in printed for k, v in m["filtered"].items())
+    assert prepare("files", "--src-file", src, "--tgt-file", tgt, "--out", out, "--max-tokens-per-sentence", 0) == 2
+    assert "'max_tokens_per_sentence': must be >= 1, got 0" in capsys.readouterr().err
 
 
 @need_multi30k
@@ -196,7 +198,9 @@ def test_files_splits_tsv_and_manifest(tmp_path, capsys):
     valid = tmp_path / "valid.tsv"
     valid.write_text("a cat\teine Katze\n")
     out = tmp_path / "out"
-    assert prepare("files", "--tsv", train, "--valid-tsv", valid, "--out", out, "--vocab-size", 50) == 0
+    assert prepare("files", "--tsv", train, "--valid-tsv", valid, "--out", out, "--vocab-size", 50,
+                   "--max-tokens", 5) == 0
+    assert "max_tokens=5: split 'train', sentence" in capsys.readouterr().out  # reported, not fatal
     data = PreparedData.open(out)
     assert data.splits == ["train", "valid"] and data.split("valid").tgt_text(0) == "eine Katze"
     assert (out / "valid.src").read_text() == "a cat\n"  # languages unnamed: files named by side

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .dataset import ParallelIds
+from .dataset import ParallelIds, TokenArray
 from .vocab import BOS_ID, EOS_ID, PAD_ID
 
 DEFAULT_MAX_TOKENS = 4096
@@ -105,15 +105,8 @@ class TokenBatches:
     def make(self, idx: np.ndarray) -> Batch:
         """The padded tensors of the sentences ``idx``."""
         idx = np.sort(idx)
-        src = np.full((len(idx), int(self.src_len[idx].max())), PAD_ID, dtype=np.int64)  # (B, S)
-        tgt = np.full((len(idx), int(self.tgt_len[idx].max())), PAD_ID, dtype=np.int64)  # (B, T)
-        for row, i in enumerate(idx):
-            s, t = self.split.src[i], self.split.tgt[i]
-            src[row, :len(s)] = s
-            src[row, len(s)] = EOS_ID
-            tgt[row, 0] = BOS_ID
-            tgt[row, 1:len(t) + 1] = t
-            tgt[row, len(t) + 1] = EOS_ID
+        src = _padded(self.split.src, idx, bos=False)  # (B, S)
+        tgt = _padded(self.split.tgt, idx, bos=True)  # (B, T)
         return Batch(torch.from_numpy(src), torch.from_numpy(tgt), torch.from_numpy(idx.astype(np.int64)),
                      int(self.src_len[idx].sum()), int(self.tgt_len[idx].sum() - len(idx)))
 
@@ -124,3 +117,17 @@ class TokenBatches:
             real += int(self.src_len[idx].sum() + self.tgt_len[idx].sum())
             slots += len(idx) * int(self.src_len[idx].max() + self.tgt_len[idx].max())
         return 1 - real / slots if slots else 0.0
+
+
+def _padded(arr: TokenArray, idx: np.ndarray, bos: bool) -> np.ndarray:
+    """Sentences ``idx`` as rows ``[bos] + ids + [eos]``, right-padded with PAD_ID: (B, max len) int64."""
+    lengths = arr.lengths[idx]  # (B,)
+    lead = int(bos)
+    out = np.full((len(idx), int(lengths.max()) + lead + 1), PAD_ID, dtype=np.int64)  # (B, L)
+    rows = np.repeat(np.arange(len(idx)), lengths)  # (sum L,) row of every token
+    cols = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)  # (sum L,)
+    out[rows, cols + lead] = arr.ids[np.repeat(arr.offsets[idx], lengths) + cols]
+    out[np.arange(len(idx)), lengths + lead] = EOS_ID
+    if bos:
+        out[:, 0] = BOS_ID
+    return out

@@ -2,7 +2,7 @@
 
 - ``empty``: a side that is empty or only whitespace (every split: such a pair cannot be scored).
 - ``duplicate``: an exact repeat of an earlier (source, target) pair (training data, optional).
-- ``too_long``: a side with more than ``max_tokens`` subword tokens (training data, optional).
+- ``too_long``: a side with more than ``max_tokens_per_sentence`` subword tokens (training data, optional).
 - ``ratio``: longer side / shorter side, in subword tokens, above ``max_ratio`` (training data, optional),
   as Moses' ``clean-corpus-n.perl`` does with words.
 """
@@ -18,12 +18,13 @@ from .corpora import SplitText
 
 @dataclass
 class FilterSettings:
-    max_tokens: int | None = None
+    max_tokens_per_sentence: int | None = None
     max_ratio: float | None = None
     dedup: bool = False
 
     def __post_init__(self):
-        check(self.max_tokens is None or self.max_tokens >= 1, "max_tokens", f"must be >= 1, got {self.max_tokens}")
+        n = self.max_tokens_per_sentence
+        check(n is None or n >= 1, "max_tokens_per_sentence", f"must be >= 1, got {n}")
         check(self.max_ratio is None or self.max_ratio >= 1, "max_ratio", f"must be >= 1, got {self.max_ratio}")
 
 
@@ -49,14 +50,15 @@ def text_filters(split: SplitText, dedup: bool) -> tuple[SplitText, dict[str, in
 
 def token_filters(src_lengths: Sequence[int], tgt_lengths: Sequence[int],
                   settings: FilterSettings) -> tuple[list[int], dict[str, int]]:
-    """Indices of pairs within ``max_tokens`` and ``max_ratio``, and how many each filter removed."""
+    """Indices of pairs within ``max_tokens_per_sentence`` and ``max_ratio``, and how many each filter removed."""
     keep, counts = [], {}
-    if settings.max_tokens is not None:
+    limit = settings.max_tokens_per_sentence
+    if limit is not None:
         counts["too_long"] = 0
     if settings.max_ratio is not None:
         counts["ratio"] = 0
     for i, (s, t) in enumerate(zip(src_lengths, tgt_lengths)):
-        if settings.max_tokens is not None and max(s, t) > settings.max_tokens:
+        if limit is not None and max(s, t) > limit:
             counts["too_long"] += 1
         elif settings.max_ratio is not None and max(s, t) / max(1, min(s, t)) > settings.max_ratio:
             counts["ratio"] += 1

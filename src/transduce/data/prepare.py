@@ -25,7 +25,13 @@ from .filters import FilterSettings
 from .userfiles import load_files
 
 
+FILTERS = """Nothing is dropped silently: pairs empty on either side are removed from every split; --dedup,
+--max-tokens-per-sentence and --max-ratio apply to training pairs only. Each count is printed and
+recorded in DIR/manifest.json, next to the inputs' SHA-256 hashes and every setting."""
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = FILTERS
     parser.add_argument("--out", type=Path, required=True, help="data directory to build (or reuse)")
     parser.add_argument("--vocab-size", type=int, default=8000, help="BPE pieces incl. 4 specials (default 8000)")
     parser.add_argument("--separate-vocab", action="store_true",
@@ -129,9 +135,12 @@ def summary(manifest: dict, data: PreparedData, max_tokens: int) -> str:
     v = manifest["vocab"]
     kind = "shared" if v["shared"] else "separate"
     lines.append(f"  vocabulary: {kind}, {v['src_size']:,} / {v['tgt_size']:,} pieces")
-    batches = TokenBatches(data.split("train"), max_tokens)
-    lines.append(f"  train batches of max_tokens={max_tokens}: {len(batches):,} per epoch, "
-                 f"padding {100 * batches.padding_fraction(0):.1f}%")
+    try:
+        batches = TokenBatches(data.split("train"), max_tokens)
+        lines.append(f"  train batches of max_tokens={max_tokens}: {len(batches):,} per epoch, "
+                     f"padding {100 * batches.padding_fraction(0):.1f}%")
+    except ValueError as e:  # a sentence longer than the budget: say so, the directory itself is fine
+        lines.append(f"  train batches of max_tokens={max_tokens}: {e}")
     return "\n".join(lines)
 
 
