@@ -137,16 +137,26 @@ class Transformer(nn.Module):
         memory = self.encoder(self.src_embed(src), self._encoder_self_mask(mask))
         return Encoded(memory, mask)
 
-    def decode(self, tgt: Tensor, encoded: Encoded) -> Tensor:
-        """Teacher-forced decoder pass: tgt (B, T) decoder input -> logits (B, T, V)."""
+    def decode_hidden(self, tgt: Tensor, encoded: Encoded) -> Tensor:
+        """Teacher-forced decoder pass: tgt (B, T) decoder input -> final states (B, T, d_model)."""
         T = tgt.size(1)
         self_mask = self._decoder_self_mask(T, T, 0, tgt.device)
-        h = self.decoder(self.tgt_embed(tgt), encoded.memory, self_mask, encoded.mask)  # (B, T, d_model)
-        return self.generator(h)
+        return self.decoder(self.tgt_embed(tgt), encoded.memory, self_mask, encoded.mask)  # (B, T, d_model)
+
+    def decode(self, tgt: Tensor, encoded: Encoded) -> Tensor:
+        """Teacher-forced decoder pass: tgt (B, T) decoder input -> logits (B, T, V)."""
+        return self.generator(self.decode_hidden(tgt, encoded))
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """src (B, S), tgt (B, T) -> logits (B, T, V)."""
         return self.decode(tgt, self.encode(src))
+
+    def hidden(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Decoder states before the pre-softmax projection, (B, T, d_model).
+
+        Training uses it to project only the non-padding positions: ``model.generator(h[keep])``.
+        """
+        return self.decode_hidden(tgt, self.encode(src))
 
     # ----------------------------------------------------------------- incremental decoding
     def init_cache(self, encoded: Encoded, beam: int = 1) -> DecoderCache:
