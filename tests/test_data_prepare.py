@@ -48,7 +48,7 @@ def test_multi30k_counts_aliases_text_and_fast_load(tmp_path, capsys):
     first = train.src[0]
     assert time.perf_counter() - start < 1.0
     assert (len(train), len(data.split("valid")), len(data.split("test"))) == (29000, 1014, 1000)
-    assert data.split("test_2016_flickr") is data.split("test")
+    assert data.split("test_2016_flickr") is data.split("test") and data.split("val") is data.split("valid")
     assert (data.manifest["src_lang"], data.manifest["tgt_lang"]) == ("en", "de")
     assert first.dtype.name == "int32" and first.min() > 3  # no bos/eos/pad/unk inside
     test = data.split("test")
@@ -190,6 +190,9 @@ def test_vocab_round_trip_shared_and_separate(tmp_path):
         assert again.shared is shared and again.tgt.encode(train.tgt_text(5)) == list(train.tgt[5])
         assert (again.src.pad_id, again.src.unk_id, again.src.bos_id, again.src.eos_id) == (0, 1, 2, 3)
         assert data.vocabs.src.pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
+    again = tmp_path / "again"  # the same text and settings give a byte-identical vocabulary
+    assert prepare("files", "--src-file", src, "--tgt-file", tgt, "--out", again, "--vocab-size", 500) == 0
+    assert (again / "vocab/shared.model").read_bytes() == (tmp_path / "outTrue/vocab/shared.model").read_bytes()
 
 
 def test_files_splits_tsv_and_manifest(tmp_path, capsys):
@@ -211,3 +214,8 @@ def test_files_splits_tsv_and_manifest(tmp_path, capsys):
     assert "either --src-file/--tgt-file or --tsv" in capsys.readouterr().err
     assert prepare("files", "--valid-tsv", valid, "--out", out) == 2
     assert "no training data" in capsys.readouterr().err
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine/notes.txt").write_text("not data")
+    assert prepare("files", "--tsv", train, "--out", tmp_path / "mine") == 2
+    assert "mine: not empty and not a data directory" in capsys.readouterr().err
+    assert (tmp_path / "mine/notes.txt").read_text() == "not data"

@@ -3,7 +3,7 @@
 Steps: filter text (empty everywhere; duplicates in train), train the BPE vocabulary on the kept
 training text, encode every split, filter training pairs by length and ratio in subword tokens,
 write text, token-id cache, vocabulary and, last, ``manifest.json`` (so a half-built directory is
-never taken for a finished one).
+never taken for a finished one). A directory that is neither empty nor a data directory is refused.
 
 The manifest's ``key`` is a hash of the inputs' content hashes and every setting; when it matches
 and every file still has its recorded hash, the directory is reused as is.
@@ -23,6 +23,8 @@ from .dataset import FORMAT, MANIFEST, TokenArray
 from .filters import FilterSettings, select, text_filters, token_filters
 from .reading import file_sha256
 from .vocab import Vocab, Vocabs
+
+BUILDING = ".building"
 
 
 @dataclass
@@ -80,7 +82,11 @@ def build(corpus: Corpus, settings: BuildSettings, out: Path, force: bool = Fals
     key = corpus_key(corpus, settings)
     if not force and (manifest := reusable(out, key)) is not None:
         return manifest, True
+    marker = out / BUILDING
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file() and not marker.is_file():
+        raise ValueError(f"{out}: not empty and not a data directory (no {MANIFEST}); choose another --out")
     out.mkdir(parents=True, exist_ok=True)
+    marker.touch()  # a build that stops half-way can be redone in place
     _clear(out)
     splits, report = {}, {}
     for name, split in corpus.splits.items():
@@ -129,4 +135,5 @@ def build(corpus: Corpus, settings: BuildSettings, out: Path, force: bool = Fals
         "splits": entries, "hashes": hashes,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    marker.unlink()
     return manifest, False

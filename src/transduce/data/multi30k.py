@@ -1,8 +1,8 @@
 """Multi30k task 1 (English, German, French image captions): from a local directory or downloaded.
 
 Files ``{train,val,test_2016_flickr}.{en,de,fr}.gz`` as published in the dataset's repository
-(``data/task1/raw/``). Stored split names: ``train``, ``valid`` (val), ``test`` (test_2016_flickr,
-also reachable as ``test_2016_flickr``).
+(``data/task1/raw/``). Stored split names: ``train``, ``valid`` (also reachable as ``val``), ``test``
+(also reachable as ``test_2016_flickr``).
 """
 
 from __future__ import annotations
@@ -58,4 +58,4 @@ def load_multi30k(src: str, tgt: str, raw: Path, skip_invalid: bool = False) -> 
         a, b = read_aligned(raw / f"{stem}.{src}.gz", raw / f"{stem}.{tgt}.gz", skip_invalid)
         splits[name] = pair_lines(a, b)
         inputs.update({a.path.name: a.sha256, b.path.name: b.sha256})
-    return Corpus("multi30k", src, tgt, splits, inputs, aliases={"test_2016_flickr": "test"})
+    return Corpus("multi30k", src, tgt, splits, inputs, aliases={"val": "valid", "test_2016_flickr": "test"})
