@@ -1,0 +1,136 @@
+"""TrainConfig: every training setting, read from a TOML file with ``[train]`` and ``[model]`` tables.
+
+    [train]
+    data = "runs/multi30k-data"     # a directory made by `transduce prepare`
+    out = "runs/small-en-de"
+    max_tokens = 4096               # target tokens per batch, per process
+    update_freq = 6                 # batches accumulated per update (§5.3: ~25k tokens)
+    [model]
+    preset = "small"                # plus any ModelConfig key; vocab sizes come from the data
+
+``--set key=value`` overrides a ``[train]`` key; ``--set model.key=value`` a ``[model]`` key.
+Unknown keys and impossible values raise :class:`~transduce.config.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..config import ConfigError, build, check, parse_override, read_toml
+
+
+@dataclass
+class TrainConfig:
+    """Training settings; defaults are the paper's recipe (§5.3, §5.4) where it gives one."""
+
+    data: str = ""
+    out: str = ""
+    train_split: str = "train"
+    valid_split: str = "valid"
+    # batches (§5.1): tokens per batch per process; update = update_freq batches × world size
+    max_tokens: int = 4096
+    update_freq: int = 1
+    # optimiser and schedule (§5.3)
+    schedule: Literal["rsqrt", "inverse_sqrt"] = "rsqrt"
+    warmup: int = 4000
+    lr_scale: float = 1.0  # rsqrt: multiplies d_model^-0.5 · min(...)
+    peak_lr: float = 5e-4  # inverse_sqrt: the learning rate reached at the end of warm-up
+    init_lr: float = 0.0  # inverse_sqrt: the learning rate at step 0
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
+    adam_eps: float = 1e-9
+    weight_decay: float = 0.0
+    clip_norm: float = 0.0  # 0 = no clipping
+    # precision and device
+    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = None  # torch intra-op threads per process; None = torch's default
+    fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
+    # length of the run
+    max_steps: int = 100_000
+    max_epochs: int | None = None
+    max_minutes: float | None = None
+    # checkpoints (the paper: one every 10 minutes)
+    save_every_steps: int | None = 1000
+    save_every_minutes: float | None = 10.0
+    keep_last: int = 5
+    # validation
+    validate_every: int = 1000
+    bleu_sentences: int = 200  # dev-subset size for BLEU; 0 = loss/perplexity only
+    bleu_beam: int = 1
+    patience: int | None = None  # stop after this many validations without improvement
+    # robustness and logging
+    max_nonfinite: int = 10  # stop after this many non-finite losses in a row
+    seed: int = 1
+    log_every: int = 50
+    tensorboard: bool = True
+
+    def __post_init__(self) -> None:
+        check(bool(self.data), "data", "must name a prepared data directory")
+        check(bool(self.out), "out", "must name an output (run) directory")
+        for key in ("max_tokens", "update_freq", "max_steps", "keep_last", "validate_every", "log_every",
+                    "max_nonfinite", "bleu_beam"):
+            check(getattr(self, key) >= 1, key, f"must be at least 1, got {getattr(self, key)}")
+        check(self.warmup >= 1, "warmup", f"must be at least 1, got {self.warmup}")
+        for key in ("lr_scale", "peak_lr"):
+            check(getattr(self, key) > 0, key, f"must be positive, got {getattr(self, key)}")
+        check(self.init_lr >= 0, "init_lr", f"must be non-negative, got {self.init_lr}")
+        check(len(self.adam_betas) == 2 and all(0 <= b < 1 for b in self.adam_betas), "adam_betas",
+              f"must be two numbers in [0, 1), got {self.adam_betas}")
+        self.adam_betas = [float(b) for b in self.adam_betas]
+        check(self.adam_eps > 0, "adam_eps", f"must be positive, got {self.adam_eps}")
+        check(self.weight_decay >= 0, "weight_decay", f"must be non-negative, got {self.weight_decay}")
+        check(self.clip_norm >= 0, "clip_norm", f"must be non-negative (0 = off), got {self.clip_norm}")
+        check(self.bleu_sentences >= 0, "bleu_sentences", f"must be non-negative, got {self.bleu_sentences}")
+        for key in ("threads", "max_epochs", "save_every_steps", "patience"):
+            value = getattr(self, key)
+            check(value is None or value >= 1, key, f"must be at least 1 (or absent), got {value}")
+        for key in ("max_minutes", "save_every_minutes"):
+            value = getattr(self, key)
+            check(value is None or value > 0, key, f"must be positive (or absent), got {value}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[TrainConfig, dict[str, Any]]:
+    """Read ``path`` and apply ``--set`` overrides; return (TrainConfig, the raw [model] table).
+
+    The [model] table is validated later, once the data directory has told the vocabulary sizes.
+    """
+    raw = read_toml(path)
+    for section in raw:
+        if section not in ("train", "model"):
+            raise ConfigError(f"{path}: unknown table [{section}] (expected [train] and [model])")
+    train = dict(raw.get("train", {}))
+    model = dict(raw.get("model", {}))
+    for text in overrides:
+        key, value = parse_override(text)
+        if key.startswith("model."):
+            model[key[len("model."):]] = value
+        else:
+            train[key.removeprefix("train.")] = value
+    where = f"{path} [train]" + (" (with --set overrides)" if overrides else "")
+    return build(TrainConfig, train, where=where), model
+
+
+def model_config(table: dict[str, Any], vocabs, where: str):
+    """Build the ModelConfig from a [model] table, taking vocabulary sizes from ``vocabs`` when absent.
+
+    A size given in the table must match the data's vocabulary (ConfigError naming the key otherwise).
+    """
+    from ..model import ModelConfig
+
+    table = dict(table)
+    sizes = {"vocab_size": len(vocabs.src), "tgt_vocab_size": None if vocabs.shared else len(vocabs.tgt)}
+    for key, actual in sizes.items():
+        given = table.get(key)
+        if given is not None and actual is not None and given != actual:
+            raise ConfigError(f"{where}: key {key!r} = {given} does not match the data's vocabulary "
+                              f"of {actual} pieces")
+        table.setdefault(key, actual)
+    if not vocabs.shared and "tie_embeddings" not in table:
+        table["tie_embeddings"] = "target"  # separate vocabularies cannot share the source matrix
+    return ModelConfig.from_dict(table, where=where)

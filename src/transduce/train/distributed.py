@@ -1,0 +1,63 @@
+"""Many processes with PyTorch's own engine: ``torchrun --nproc_per_node=N -m transduce train ...``.
+
+torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; :func:`setup` reads them and
+starts the process group (gloo on CPU, nccl on CUDA). Every rank trains on its own shard of each
+epoch's batches (``TokenBatches(rank=, world_size=)``), DistributedDataParallel averages gradients,
+and only rank 0 writes checkpoints, logs and the model directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def setup(device: torch.device) -> Dist:
+    """Join the process group described by torchrun's environment; a single process if absent."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return Dist()
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
+                                rank=rank, world_size=world_size)
+    return Dist(rank, world_size, local_rank)
+
+
+def wrap(model: nn.Module, ctx: Dist, device: torch.device) -> nn.Module:
+    """DistributedDataParallel around ``model`` when there are several ranks; the model itself otherwise."""
+    if not ctx.enabled:
+        return model
+    ids = [device.index] if device.type == "cuda" else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+
+def all_sum(values: torch.Tensor, ctx: Dist) -> torch.Tensor:
+    """Sum a small float64 tensor of statistics over all ranks (identity with one rank)."""
+    if ctx.enabled:
+        dist.all_reduce(values, op=dist.ReduceOp.SUM)
+    return values
+
+
+def teardown(ctx: Dist) -> None:
+    if ctx.enabled and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,96 @@
+"""One optimizer update: forward/backward over ``update_freq`` batches, then Adam (§5.3, §5.4).
+
+Gradients are those of the **summed** label-smoothed loss divided by the update's **global** target-token
+count (all micro-batches, all ranks). DistributedDataParallel averages gradients over ranks, so each rank
+multiplies its loss by ``world_size / global_tokens``: R ranks with batches b then compute exactly the
+gradient one process computes from the same R·b sentences.
+
+Precision: fp32; bf16 autocast (CPU or CUDA) with fp32 master weights and fp32 loss; fp16 autocast with a
+GradScaler (CUDA only). A non-finite loss skips the update (all ranks agree: the statistics are summed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .distributed import Dist, all_sum
+from .loss import label_smoothed_loss
+from .schedule import Schedule, set_lr
+
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class UpdateStats:
+    loss: float  # smoothed loss per target token (all ranks)
+    nll: float  # NLL per target token; perplexity = exp(nll)
+    tokens: int  # target tokens in the update (all ranks)
+    src_tokens: int
+    lr: float
+    finite: bool
+    grad_norm: float | None = None
+
+
+def autocast(device: torch.device, dtype: str):
+    """The autocast context for ``dtype`` ("fp32" = none)."""
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=AUTOCAST[dtype])
+
+
+class Stepper:
+    """Runs updates on ``model`` (possibly DDP-wrapped) with ``optimizer``; the step number is the caller's."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *,
+                 device: torch.device, dtype: str = "fp32", label_smoothing: float = 0.1, pad_id: int = 0,
+                 clip_norm: float = 0.0, ctx: Dist = Dist()):
+        if dtype == "fp16" and device.type != "cuda":
+            raise ValueError("key 'dtype': 'fp16' needs a CUDA device (use 'bf16' on CPU)")
+        self.model, self.optimizer, self.schedule = model, optimizer, schedule
+        self.device, self.dtype, self.ctx = device, dtype, ctx
+        self.eps, self.pad_id, self.clip_norm = label_smoothing, pad_id, clip_norm
+        self.scaler = torch.amp.GradScaler("cuda") if dtype == "fp16" else None
+
+    def update(self, batches: list, step: int) -> UpdateStats:
+        """Accumulate gradients over ``batches`` and take update number ``step`` (≥ 1) unless non-finite."""
+        local = sum(b.tgt_tokens for b in batches)
+        total = int(all_sum(torch.tensor([float(local)], dtype=torch.float64, device=self.device), self.ctx).item())
+        factor = self.ctx.world_size / max(total, 1)
+        sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, nll, tokens, src tokens
+        for i, batch in enumerate(batches):
+            last = i == len(batches) - 1
+            sync = contextlib.nullcontext() if last or not self.ctx.enabled else self.model.no_sync()
+            src, tgt = batch.src.to(self.device, non_blocking=True), batch.tgt.to(self.device, non_blocking=True)
+            with sync:
+                with autocast(self.device, self.dtype):
+                    logits = self.model(src, tgt[:, :-1])  # (B, T-1, V)
+                loss, nll, n = label_smoothed_loss(logits, tgt[:, 1:], self.eps, self.pad_id)
+                scaled = loss * factor
+                (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+            sums += torch.stack([loss.detach().double(), nll.double(),
+                                 torch.tensor(float(n), dtype=torch.float64, device=self.device),
+                                 torch.tensor(float(batch.src_tokens), dtype=torch.float64, device=self.device)])
+        loss_sum, nll_sum, tokens, src_tokens = all_sum(sums, self.ctx).tolist()
+        lr = self.schedule(step)
+        stats = UpdateStats(loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), int(tokens), int(src_tokens),
+                            lr, math.isfinite(loss_sum))
+        if not stats.finite:
+            self.optimizer.zero_grad(set_to_none=True)
+            return stats
+        set_lr(self.optimizer, lr)
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        if self.clip_norm > 0:
+            stats.grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm))
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return stats

@@ -1,0 +1,271 @@
+"""The training loop: updates, validation, checkpoints, stopping; the run directory it fills.
+
+    RUN_DIR/config.toml        the resolved [train] and [model] tables
+    RUN_DIR/vocab/             the data's vocabularies (so `transduce average` needs nothing else)
+    RUN_DIR/checkpoints/       step_XXXXXXXX/ (the last ``keep_last``) and best/
+    RUN_DIR/metrics.jsonl      one JSON object per logged update / validation
+    RUN_DIR/tensorboard/       the same as TensorBoard events
+    RUN_DIR/model/             the final model directory (best weights if validated, else the last)
+
+The data position (epoch, batch index), every RNG state and the optimizer are in each checkpoint, so a
+run killed at any moment resumes from its last checkpoint and, on CPU with the same thread count, ends
+with bit-identical weights.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..config import to_toml_text
+from ..data.batching import TokenBatches
+from ..model import ModelConfig, Transformer
+from ..modeldir import save_model_dir
+from . import checkpoint as ckpt
+from .config import TrainConfig
+from .distributed import Dist, all_sum, setup, teardown, wrap
+from .dropout import use_fast_dropout
+from .log import RunLog
+from .schedule import Schedule
+from .step import Stepper, UpdateStats
+from .validate import bleu_hook, valid_loss
+
+
+class TrainingStopped(ValueError):
+    """Training cannot go on (e.g. the loss stayed non-finite); the message says why and what to try."""
+
+
+def pick_device(name: str, ctx_local_rank: int = 0) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("key 'device': 'cuda' requested but no CUDA device is available")
+        torch.cuda.set_device(ctx_local_rank)
+        return torch.device("cuda", ctx_local_rank)
+    return torch.device("cpu")
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, model_cfg: ModelConfig, data, resume: bool = False):
+        self.cfg, self.model_cfg, self.data = cfg, model_cfg, data
+        if cfg.threads is not None:
+            torch.set_num_threads(cfg.threads)
+        self.device = pick_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0")))
+        self.ctx: Dist = setup(self.device)
+        self.run_dir, self.ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
+        torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+        self.model = Transformer(model_cfg).to(self.device)
+        if cfg.fast_dropout:
+            use_fast_dropout(self.model)
+        self.model.train()
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=tuple(cfg.adam_betas),
+                                          eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        schedule = Schedule(cfg.schedule, cfg.warmup, model_cfg.d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr)
+        self.stepper = Stepper(wrap(self.model, self.ctx, self.device), self.optimizer, schedule,
+                               device=self.device, dtype=cfg.dtype, label_smoothing=model_cfg.label_smoothing,
+                               pad_id=model_cfg.pad_id, clip_norm=cfg.clip_norm, ctx=self.ctx)
+        self.batches = TokenBatches(data.split(cfg.train_split), cfg.max_tokens, seed=cfg.seed, shuffle=True,
+                                    rank=self.ctx.rank, world_size=self.ctx.world_size)
+        self.valid = data.split(cfg.valid_split) if has_split(data, cfg.valid_split) else None
+        # progress, all of it in checkpoints
+        self.step, self.epoch, self.index, self.elapsed = 0, 1, 0, 0.0
+        self.nonfinite_run = self.nonfinite_total = self.bad_validations = 0
+        self.best: dict[str, Any] | None = None
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed + 1 + self.ctx.rank)  # dropout differs across ranks
+        if resume:
+            self._resume()
+        self.stop_reason: str | None = None
+
+    # ------------------------------------------------------------------ state
+    def _resume(self) -> None:
+        found = ckpt.list_checkpoints(self.ckpt_dir)
+        if not found:
+            return
+        state = ckpt.load_checkpoint(found[-1], self.model, self.optimizer)
+        if state["world_size"] != self.ctx.world_size:
+            raise ValueError(f"{found[-1]}: written by {state['world_size']} processes, resumed with "
+                             f"{self.ctx.world_size}; the data shards would differ")
+        self.step, self.epoch, self.index = state["step"], state["epoch"], state["batch_index"]
+        self.elapsed, self.best = state["elapsed_s"], state["best"]
+        self.nonfinite_run, self.nonfinite_total = state["nonfinite_run"], state["nonfinite_total"]
+        self.bad_validations = state["bad_validations"]
+        if self.stepper.scaler is not None and state.get("scaler"):
+            self.stepper.scaler.load_state_dict(state["scaler"])
+        if self.ctx.rank > 0:  # each rank has its own dropout stream; rank 0's was saved
+            torch.manual_seed(self.cfg.seed + 1 + self.ctx.rank + 1000 * self.step)
+        self.resumed_from = found[-1]
+
+    def _state(self) -> dict[str, Any]:
+        return {"step": self.step, "epoch": self.epoch, "batch_index": self.index, "elapsed_s": self.elapsed,
+                "best": self.best, "nonfinite_run": self.nonfinite_run, "nonfinite_total": self.nonfinite_total,
+                "bad_validations": self.bad_validations, "world_size": self.ctx.world_size,
+                "scaler": self.stepper.scaler.state_dict() if self.stepper.scaler is not None else None,
+                "train_config": self.cfg.to_dict(), "model_config": self.model_cfg.to_dict()}
+
+    def save(self, name: str | None = None) -> Path | None:
+        if not self.ctx.is_main:
+            return None
+        path = self.ckpt_dir / name if name else ckpt.step_dir(self.ckpt_dir, self.step)
+        ckpt.save_checkpoint(path, self.model, self.optimizer, self._state())
+        if name is None:
+            ckpt.prune(self.ckpt_dir, self.cfg.keep_last)
+        return path
+
+    # ------------------------------------------------------------------ data
+    def next_batches(self) -> list | None:
+        """The next ``update_freq`` batches, crossing epoch ends; None when ``max_epochs`` is reached."""
+        out = []
+        while len(out) < self.cfg.update_freq:
+            if self.cfg.max_epochs is not None and self.epoch > self.cfg.max_epochs:
+                return out or None
+            plan = self._plan()
+            if self.index >= len(plan):
+                self.epoch, self.index = self.epoch + 1, 0
+                continue
+            out.append(self.batches.make(plan[self.index]))
+            self.index += 1
+        return out
+
+    def _plan(self) -> list:
+        if getattr(self, "_plan_epoch", None) != self.epoch:
+            self._plan_epoch, self._plan_cache = self.epoch, self.batches.indices(self.epoch)
+        return self._plan_cache
+
+    # ------------------------------------------------------------------ loop
+    def train(self) -> Path:
+        cfg, main = self.cfg, self.ctx.is_main
+        log = RunLog(self.run_dir, main, cfg.max_steps, self.step, cfg.log_every, cfg.tensorboard)
+        if hasattr(self, "resumed_from"):
+            log.message(f"resumed from {self.resumed_from} (step {self.step}, epoch {self.epoch})")
+        bleu = bleu_hook(self.valid, self.data.vocabs, cfg.bleu_sentences, cfg.bleu_beam, self.device) \
+            if self.valid is not None and main else None
+        if self.valid is None:
+            log.message(f"no split {cfg.valid_split!r} in {cfg.data}: no validation; the final model is the last")
+        elif bleu is None and cfg.bleu_sentences > 0:
+            log.message("validation: loss and perplexity only (no translator in transduce.decode yet); "
+                        "best checkpoint by validation loss")
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        start, last_save = time.perf_counter() - self.elapsed, time.perf_counter()
+        saved_step = self.step
+        try:
+            while self.step < cfg.max_steps and self.stop_reason is None:
+                batches = self.next_batches()
+                if batches is None:
+                    self.stop_reason = f"max_epochs={cfg.max_epochs} reached"
+                    break
+                stats = self.stepper.update(batches, self.step + 1)
+                if not self._account(stats, log):
+                    continue
+                self.step += 1
+                self.elapsed = time.perf_counter() - start
+                log.update(self.step, stats)
+                if self.valid is not None and self.step % cfg.validate_every == 0:
+                    self._validate(log, bleu)
+                if cfg.max_minutes is not None and self.elapsed >= 60 * cfg.max_minutes:
+                    self.stop_reason = f"max_minutes={cfg.max_minutes} reached"
+                self._agree_on_stop()
+                due = (cfg.save_every_steps is not None and self.step % cfg.save_every_steps == 0) or \
+                      (cfg.save_every_minutes is not None and time.perf_counter() - last_save >= 60 * cfg.save_every_minutes)
+                if due or self.stop_reason is not None:
+                    self.save()
+                    saved_step, last_save = self.step, time.perf_counter()
+            if self.step != saved_step:
+                if self.valid is not None and self.step % cfg.validate_every:
+                    self._validate(log, bleu)
+                self.save()
+            return self._finish(log)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            log.close()
+            teardown(self.ctx)
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stop_reason = f"{signal.Signals(signum).name} received"
+
+    def _agree_on_stop(self) -> None:
+        if self.ctx.enabled:
+            flag = torch.tensor([1.0 if self.stop_reason else 0.0], dtype=torch.float64, device=self.device)
+            if all_sum(flag, self.ctx).item() > 0 and self.stop_reason is None:
+                self.stop_reason = "another rank stopped"
+
+    def _account(self, stats: UpdateStats, log: RunLog) -> bool:
+        """Count non-finite updates; raise after ``max_nonfinite`` in a row. True if the update was taken."""
+        if stats.finite:
+            self.nonfinite_run = 0
+            return True
+        self.nonfinite_run += 1
+        self.nonfinite_total += 1
+        log.record("nonfinite", self.step, {"in_a_row": self.nonfinite_run, "total": self.nonfinite_total})
+        log.message(f"step {self.step + 1}: non-finite loss, update skipped ({self.nonfinite_run} in a row)")
+        if self.nonfinite_run >= self.cfg.max_nonfinite:
+            last = ckpt.list_checkpoints(self.ckpt_dir)
+            raise TrainingStopped(
+                f"the loss was not finite for {self.nonfinite_run} updates in a row (after step {self.step}, "
+                f"lr {stats.lr:.3g}); last checkpoint: {last[-1] if last else 'none'}. Try a smaller lr_scale "
+                f"or peak_lr, a longer warmup, clip_norm, or dtype 'bf16'/'fp32' instead of 'fp16'")
+        return False
+
+    def _validate(self, log: RunLog, bleu) -> None:
+        if not self.ctx.is_main:
+            return
+        vb = TokenBatches(self.valid, self.cfg.max_tokens, shuffle=False)
+        values = valid_loss(self.model, vb.epoch(0), self.device, self.cfg.dtype, self.model_cfg.label_smoothing,
+                            self.model_cfg.pad_id)
+        if bleu is not None:
+            values["valid_bleu"] = bleu(self.model)
+        metric = "valid_bleu" if "valid_bleu" in values else "valid_loss"
+        value, sign = values[metric], (1 if metric == "valid_bleu" else -1)
+        improved = self.best is None or sign * (value - self.best["value"]) > 0
+        if improved:
+            self.best, self.bad_validations = {"metric": metric, "value": value, "step": self.step}, 0
+            self.save("best")
+        else:
+            self.bad_validations += 1
+        log.record("valid", self.step, {**values, "best": improved})
+        shown = "  ".join(f"{k} {v:.4g}" for k, v in values.items() if k != "valid_tokens")
+        log.message(f"validation at step {self.step}: {shown}{'  (best)' if improved else ''}")
+        if self.cfg.patience is not None and self.bad_validations >= self.cfg.patience:
+            self.stop_reason = f"early stopping: {metric} did not improve in {self.cfg.patience} validations"
+
+    def _finish(self, log: RunLog) -> Path:
+        out = self.run_dir / "model"
+        if not self.ctx.is_main:
+            return out
+        model, source = self.model, f"last (step {self.step})"
+        best_dir = self.ckpt_dir / "best"
+        if self.best is not None and (best_dir / ckpt.STATE).is_file():
+            model = Transformer(self.model_cfg)
+            ckpt.load_checkpoint(best_dir, model, restore_rng=False)
+            source = f"best by {self.best['metric']} = {self.best['value']:.4g} (step {self.best['step']})"
+        manifest = self.data.manifest
+        meta = {"src_lang": manifest.get("src_lang", ""), "tgt_lang": manifest.get("tgt_lang", ""),
+                "weights": source, "steps": self.step}
+        save_model_dir(out, model, self.data.vocabs, meta)
+        reason = self.stop_reason or f"max_steps={self.cfg.max_steps} reached"
+        log.record("end", self.step, {"reason": reason, "model": str(out), "weights": source})
+        log.message(f"stopped at step {self.step}: {reason}; model directory {out} ({source})")
+        return out
+
+
+def write_run_header(cfg: TrainConfig, model_cfg: ModelConfig, vocabs) -> None:
+    """Write RUN_DIR/config.toml and RUN_DIR/vocab (rank 0, before training)."""
+    run = Path(cfg.out)
+    run.mkdir(parents=True, exist_ok=True)
+    train = {k: v for k, v in cfg.to_dict().items() if v is not None}
+    (run / "config.toml").write_text(to_toml_text({"train": train}) + "\n" + model_cfg.to_toml())
+    vocabs.save(run / "vocab")
+
+
+def has_split(data, name: str) -> bool:
+    return name in data.splits or name in data.manifest.get("aliases", {})

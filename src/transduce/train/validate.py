@@ -1,0 +1,63 @@
+"""Validation: loss and perplexity on the dev split, and BLEU on a dev subset when decoding exists.
+
+BLEU goes through ``transduce.decode`` (the decoding issue's translator) and sacreBLEU. If that package
+offers no translator yet, :func:`bleu_hook` returns None and training logs loss/perplexity only, and the
+best checkpoint is chosen by validation loss.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from .loss import label_smoothed_loss
+from .step import autocast
+
+
+@torch.no_grad()
+def valid_loss(model: nn.Module, batches, device: torch.device, dtype: str, epsilon: float,
+               pad_id: int = 0) -> dict[str, float]:
+    """Smoothed loss, NLL and perplexity per target token over ``batches`` (model in eval mode)."""
+    was_training = model.training
+    model.eval()
+    loss_sum = nll_sum = 0.0
+    tokens = 0
+    for batch in batches:
+        src, tgt = batch.src.to(device), batch.tgt.to(device)
+        with autocast(device, dtype):
+            logits = model(src, tgt[:, :-1])  # (B, T-1, V)
+        loss, nll, n = label_smoothed_loss(logits, tgt[:, 1:], epsilon, pad_id)
+        loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + n
+    model.train(was_training)
+    nll = nll_sum / max(tokens, 1)
+    return {"valid_loss": loss_sum / max(tokens, 1), "valid_nll": nll,
+            "valid_ppl": math.exp(min(nll, 100.0)), "valid_tokens": tokens}
+
+
+def bleu_hook(split, vocabs, sentences: int, beam: int, device: torch.device
+              ) -> Callable[[nn.Module], float] | None:
+    """A function model -> sacreBLEU on the first ``sentences`` of ``split``, or None without a translator."""
+    if sentences <= 0:
+        return None
+    try:
+        from ..decode import translate_ids  # the decoding issue's entry point
+    except ImportError:
+        return None
+    import sacrebleu
+
+    n = min(sentences, len(split))
+    sources = [split.src[i].tolist() for i in range(n)]
+    references = [split.tgt_text(i) for i in range(n)]
+
+    def score(model: nn.Module) -> float:
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            hyps = translate_ids(model, sources, beam=beam, device=device)
+        model.train(was_training)
+        return sacrebleu.corpus_bleu([vocabs.tgt.decode(h) for h in hyps], [references]).score
+
+    return score
