@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .corpora import Corpus
+from .corpora import Corpus, SplitText
 from .dataset import FORMAT, MANIFEST, TokenArray
 from .filters import FilterSettings, select, text_filters, token_filters
 from .reading import file_sha256
@@ -77,6 +77,30 @@ def _clear(out: Path) -> None:
         shutil.rmtree(out / sub, ignore_errors=True)
 
 
+def train_vocabs(train: SplitText, settings: BuildSettings) -> Vocabs:
+    """BPE on the kept training text: one model for both sides (§5.1), or one per side."""
+    if settings.separate_vocab:
+        return Vocabs(Vocab.train(train.src, settings.vocab_size), Vocab.train(train.tgt, settings.vocab_size))
+    shared = Vocab.train(train.src + train.tgt, settings.vocab_size)
+    return Vocabs(shared, shared)
+
+
+def write_split(out: Path, name: str, split: SplitText, ids: tuple[list, list], stems: tuple[str, str]) -> dict:
+    """Text and token-id cache of one split; returns the manifest entry's counts and file names."""
+    entry, files = {"sentences": len(split)}, {}
+    for side, stem, text, side_ids in (("src", stems[0], split.src, ids[0]), ("tgt", stems[1], split.tgt, ids[1])):
+        files[f"{side}_text"] = f"{name}.{stem}"
+        files[f"{side}_ids"] = f"cache/{name}.{side}.bin"
+        files[f"{side}_offsets"] = f"cache/{name}.{side}.idx.npy"
+        for line in text:
+            if "\n" in line:
+                raise ValueError(f"split {name!r} has a sentence with a line break: {line[:80]!r}")
+        (out / files[f"{side}_text"]).write_text("".join(t + "\n" for t in text), encoding="utf-8", newline="")
+        TokenArray.write(side_ids, out / files[f"{side}_ids"], out / files[f"{side}_offsets"])
+        entry[f"{side}_tokens"] = sum(len(s) for s in side_ids)
+    return {**entry, "files": files}
+
+
 def build(corpus: Corpus, settings: BuildSettings, out: Path, force: bool = False) -> tuple[dict[str, Any], bool]:
     """Build ``out`` from ``corpus`` (or reuse it); returns (manifest, reused)."""
     key = corpus_key(corpus, settings)
@@ -90,17 +114,11 @@ def build(corpus: Corpus, settings: BuildSettings, out: Path, force: bool = Fals
     _clear(out)
     splits, report = {}, {}
     for name, split in corpus.splits.items():
-        kept, counts = text_filters(split, dedup=settings.filters.dedup and name == "train")
-        splits[name] = kept
+        splits[name], counts = text_filters(split, dedup=settings.filters.dedup and name == "train")
         report[name] = {"read": len(split) + sum(split.skipped.values()), "skipped": split.skipped, "filtered": counts}
-    train = splits["train"]
-    if not len(train):
+    if not len(splits["train"]):
         raise ValueError(f"{corpus.name}: no training pairs left after reading and filtering")
-    if settings.separate_vocab:
-        vocabs = Vocabs(Vocab.train(train.src, settings.vocab_size), Vocab.train(train.tgt, settings.vocab_size))
-    else:
-        shared = Vocab.train(train.src + train.tgt, settings.vocab_size)
-        vocabs = Vocabs(shared, shared)
+    vocabs = train_vocabs(splits["train"], settings)
     vocabs.save(out / "vocab")
     (out / "cache").mkdir()
     stems = (corpus.src_lang, corpus.tgt_lang) if corpus.src_lang != corpus.tgt_lang else ("src", "tgt")
@@ -112,21 +130,9 @@ def build(corpus: Corpus, settings: BuildSettings, out: Path, force: bool = Fals
             report[name]["filtered"].update(counts)
             split = select(split, keep)
             src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
-        files = {}
-        for side, stem, text, ids in (("src", stems[0], split.src, src_ids), ("tgt", stems[1], split.tgt, tgt_ids)):
-            files[f"{side}_text"] = f"{name}.{stem}"
-            files[f"{side}_ids"] = f"cache/{name}.{side}.bin"
-            files[f"{side}_offsets"] = f"cache/{name}.{side}.idx.npy"
-            for line in text:
-                if "\n" in line:
-                    raise ValueError(f"{corpus.name}: split {name!r} has a sentence with a line break: {line[:80]!r}")
-            (out / files[f"{side}_text"]).write_text("".join(t + "\n" for t in text), encoding="utf-8", newline="")
-            TokenArray.write(ids, out / files[f"{side}_ids"], out / files[f"{side}_offsets"])
-            report[name][f"{side}_tokens"] = sum(len(s) for s in ids)
-        report[name]["sentences"] = len(split)
-        entries[name] = {**report[name], "files": files}
-        hashes.update({f: file_sha256(out / f) for f in files.values()})
-    for f in ("vocab/vocab.json", *(f"vocab/{p.name}" for p in (out / "vocab").glob("*.model"))):
+        entries[name] = {**report[name], **write_split(out, name, split, (src_ids, tgt_ids), stems)}
+    for f in [f for e in entries.values() for f in e["files"].values()] + \
+             [f"vocab/{p.name}" for p in sorted((out / "vocab").iterdir())]:
         hashes[f] = file_sha256(out / f)
     manifest = {
         "format": FORMAT, "key": key, "corpus": corpus.name, "src_lang": corpus.src_lang, "tgt_lang": corpus.tgt_lang,
