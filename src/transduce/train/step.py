@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .distributed import Dist, all_sum
+from .distributed import Dist, all_sum, wrap
 from .loss import label_smoothed_loss
 from .schedule import Schedule, set_lr
 
@@ -43,17 +43,40 @@ def autocast(device: torch.device, dtype: str):
     return torch.autocast(device.type, dtype=AUTOCAST[dtype])
 
 
+class TrainingLoss(nn.Module):
+    """The model plus its loss, one module so DistributedDataParallel sees the whole forward.
+
+    Only non-padding decoder positions go through the pre-softmax projection (``Transformer.hidden``),
+    which saves the largest matmul and softmax on padding. Returns (smoothed_sum, nll_sum, tokens).
+    """
+
+    def __init__(self, model: nn.Module, device: torch.device, dtype: str, epsilon: float, pad_id: int):
+        super().__init__()
+        self.model, self.device, self.dtype, self.epsilon, self.pad_id = model, device, dtype, epsilon, pad_id
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor):
+        labels = tgt[:, 1:]  # (B, T-1)
+        keep = labels != self.pad_id  # (B, T-1)
+        with autocast(self.device, self.dtype):
+            h = self.model.hidden(src, tgt[:, :-1])  # (B, T-1, d_model)
+            logits = self.model.generator(h[keep])  # (N, V) real target positions only
+        return label_smoothed_loss(logits, labels[keep], self.epsilon, self.pad_id)
+
+
 class Stepper:
-    """Runs updates on ``model`` (possibly DDP-wrapped) with ``optimizer``; the step number is the caller's."""
+    """Runs updates on a Transformer with ``optimizer``; the step number is the caller's.
+
+    With several ranks the model and its loss are wrapped in DistributedDataParallel here.
+    """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *,
                  device: torch.device, dtype: str = "fp32", label_smoothing: float = 0.1, pad_id: int = 0,
                  clip_norm: float = 0.0, ctx: Dist = Dist()):
         if dtype == "fp16" and device.type != "cuda":
             raise ValueError("key 'dtype': 'fp16' needs a CUDA device (use 'bf16' on CPU)")
-        self.model, self.optimizer, self.schedule = model, optimizer, schedule
-        self.device, self.dtype, self.ctx = device, dtype, ctx
-        self.eps, self.pad_id, self.clip_norm = label_smoothing, pad_id, clip_norm
+        self.model = wrap(TrainingLoss(model, device, dtype, label_smoothing, pad_id), ctx, device)
+        self.optimizer, self.schedule = optimizer, schedule
+        self.device, self.dtype, self.ctx, self.clip_norm = device, dtype, ctx, clip_norm
         self.scaler = torch.amp.GradScaler("cuda") if dtype == "fp16" else None
 
     def update(self, batches: list, step: int) -> UpdateStats:
@@ -67,9 +90,7 @@ class Stepper:
             sync = contextlib.nullcontext() if last or not self.ctx.enabled else self.model.no_sync()
             src, tgt = batch.src.to(self.device, non_blocking=True), batch.tgt.to(self.device, non_blocking=True)
             with sync:
-                with autocast(self.device, self.dtype):
-                    logits = self.model(src, tgt[:, :-1])  # (B, T-1, V)
-                loss, nll, n = label_smoothed_loss(logits, tgt[:, 1:], self.eps, self.pad_id)
+                loss, nll, n = self.model(src, tgt)
                 scaled = loss * factor
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
             sums += torch.stack([loss.detach().double(), nll.double(),

@@ -30,7 +30,7 @@ from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .distributed import Dist, all_sum, setup, teardown, wrap
+from .distributed import Dist, all_sum, setup, teardown
 from .dropout import use_fast_dropout
 from .log import RunLog
 from .schedule import Schedule
@@ -69,7 +69,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=tuple(cfg.adam_betas),
                                           eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
         schedule = Schedule(cfg.schedule, cfg.warmup, model_cfg.d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr)
-        self.stepper = Stepper(wrap(self.model, self.ctx, self.device), self.optimizer, schedule,
+        self.stepper = Stepper(self.model, self.optimizer, schedule,
                                device=self.device, dtype=cfg.dtype, label_smoothing=model_cfg.label_smoothing,
                                pad_id=model_cfg.pad_id, clip_norm=cfg.clip_norm, ctx=self.ctx)
         self.batches = TokenBatches(data.split(cfg.train_split), cfg.max_tokens, seed=cfg.seed, shuffle=True,

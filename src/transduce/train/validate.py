@@ -13,8 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .loss import label_smoothed_loss
-from .step import autocast
+from .step import TrainingLoss
 
 
 @torch.no_grad()
@@ -23,13 +22,11 @@ def valid_loss(model: nn.Module, batches, device: torch.device, dtype: str, epsi
     """Smoothed loss, NLL and perplexity per target token over ``batches`` (model in eval mode)."""
     was_training = model.training
     model.eval()
+    compute = TrainingLoss(model, device, dtype, epsilon, pad_id)
     loss_sum = nll_sum = 0.0
     tokens = 0
     for batch in batches:
-        src, tgt = batch.src.to(device), batch.tgt.to(device)
-        with autocast(device, dtype):
-            logits = model(src, tgt[:, :-1])  # (B, T-1, V)
-        loss, nll, n = label_smoothed_loss(logits, tgt[:, 1:], epsilon, pad_id)
+        loss, nll, n = compute(batch.src.to(device), batch.tgt.to(device))
         loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + n
     model.train(was_training)
     nll = nll_sum / max(tokens, 1)

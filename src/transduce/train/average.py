@@ -1,0 +1,69 @@
+"""``transduce average RUN_DIR --last N --out MODEL_DIR``: the mean of the last N checkpoints' weights.
+
+The paper averaged the last 5 checkpoints (written every 10 minutes) for the base model and the last 20
+for the big one (§6.1). Each tensor is summed in float64 and divided by N, then cast back to its dtype.
+The result is a model directory (weights, config, vocabulary) ready for translation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from ..data.vocab import Vocabs
+from ..model import ModelConfig, Transformer
+from ..modeldir import save_model_dir
+from .checkpoint import MODEL, STATE, list_checkpoints
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="a training run directory (with checkpoints/ and vocab/)")
+    parser.add_argument("--last", type=int, default=5, metavar="N", help="how many of the newest checkpoints (default 5)")
+    parser.add_argument("--out", type=Path, required=True, help="model directory to write")
+
+
+def average_tensors(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Mean of each tensor over the ``model.safetensors`` files in ``paths``; names must agree."""
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for path in paths:
+        tensors = load_file(str(path / MODEL))
+        if total and set(tensors) != set(total):
+            raise ValueError(f"{path / MODEL}: tensor names differ from {paths[0] / MODEL}")
+        for name, t in tensors.items():
+            dtypes.setdefault(name, t.dtype)
+            total[name] = total[name] + t.double() if name in total else t.double()
+    return {name: (t / len(paths)).to(dtypes[name]) for name, t in total.items()}
+
+
+def average(run_dir: Path, last: int, out: Path) -> Path:
+    if last < 1:
+        raise ValueError(f"--last must be at least 1, got {last}")
+    found = list_checkpoints(run_dir / "checkpoints")
+    if not found:
+        raise FileNotFoundError(f"{run_dir / 'checkpoints'}: no checkpoints (is {run_dir} a run directory?)")
+    if len(found) < last:
+        raise ValueError(f"{run_dir / 'checkpoints'}: only {len(found)} checkpoints, asked to average {last}")
+    chosen = found[-last:]
+    state = json.loads((chosen[-1] / STATE).read_text())
+    model = Transformer(ModelConfig.from_dict(state["model_config"], where=f"{chosen[-1] / STATE} model_config"))
+    weights = average_tensors(chosen)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    # a tied tensor is stored once under one of its names; its other names are loaded through it
+    params = model.state_dict(keep_vars=True)
+    stored = {params[name].data_ptr() for name in weights if name in params}
+    if unexpected or any(params[name].data_ptr() not in stored for name in missing):
+        raise ValueError(f"{chosen[-1] / MODEL}: weights do not match the model config "
+                         f"(missing {missing}, unexpected {unexpected})")
+    meta = {"averaged": [p.name for p in chosen], "steps": state["step"]}
+    return save_model_dir(out, model, Vocabs.load(run_dir / "vocab"), meta)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = average(args.run_dir, args.last, args.out)
+    print(f"averaged the last {args.last} checkpoints of {args.run_dir} into {out}")
+    return 0

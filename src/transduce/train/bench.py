@@ -1,0 +1,67 @@
+"""Training speed on real batches: ``python -m transduce.train.bench DATA_DIR --preset small --dtype bf16``.
+
+Times ``--steps`` updates after ``--warmup`` untimed ones and prints target tokens per second;
+``--profile`` prints torch.profiler's table of one update instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from ..data import PreparedData
+from ..data.batching import TokenBatches
+from ..model import ModelConfig, Transformer
+from .dropout import use_fast_dropout
+from .schedule import Schedule
+from .step import Stepper
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("data")
+    p.add_argument("--preset", default="small")
+    p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--plain-dropout", action="store_true", help="keep nn.Dropout (compare with FastDropout)")
+    p.add_argument("--profile", action="store_true")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1)
+    data = PreparedData.open(args.data)
+    cfg = ModelConfig.preset(args.preset, vocab_size=len(data.vocabs.src),
+                             **({} if data.vocabs.shared else {"tgt_vocab_size": len(data.vocabs.tgt),
+                                                                "tie_embeddings": "target"}))
+    model = Transformer(cfg).train()
+    if not args.plain_dropout:
+        use_fast_dropout(model)
+    opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
+    stepper = Stepper(model, opt, Schedule("rsqrt", 4000, cfg.d_model), device=torch.device("cpu"),
+                      dtype=args.dtype, label_smoothing=cfg.label_smoothing)
+    batches = TokenBatches(data.split("train"), args.max_tokens, seed=1).epoch(1)
+    for i in range(args.warmup):
+        stepper.update([batches[i]], i + 1)
+    timed = batches[args.warmup:args.warmup + args.steps]
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            stepper.update([timed[0]], 100)
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+        return
+    tokens, start = 0, time.perf_counter()
+    for i, batch in enumerate(timed):
+        tokens += stepper.update([batch], 100 + i).tokens
+    seconds = time.perf_counter() - start
+    print(f"{args.preset} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}: "
+          f"{tokens / seconds:.0f} target tokens/s ({len(timed)} updates of ~{tokens // len(timed)} tokens, "
+          f"{seconds:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Training on a real Multi30k slice: the loss falls, a SIGKILLed run resumes bit-identically,
+checkpoint averaging is the tensor mean, the run directory holds a loadable model directory."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import read_multi30k
+from transduce.cli import main as cli_main
+from transduce.data import PreparedData
+from transduce.modeldir import load_model_dir
+from transduce.train.average import average
+from transduce.train.checkpoint import list_checkpoints
+from transduce.train.config import load_config, model_config
+from transduce.train.trainer import Trainer, write_run_header
+
+REPO = Path(__file__).resolve().parents[1]
+PAIRS, VALID = 2000, 100
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("m30k")
+    for split, name, n in (("train", "train", PAIRS), ("val", "valid", VALID)):
+        for lang in ("en", "de"):
+            (root / f"{name}.{lang}").write_text("\n".join(read_multi30k(split, lang, n)) + "\n")
+    assert cli_main(["prepare", "files", "--src-file", str(root / "train.en"), "--tgt-file", str(root / "train.de"),
+                     "--valid-src-file", str(root / "valid.en"), "--valid-tgt-file", str(root / "valid.de"),
+                     "--src-lang", "en", "--tgt-lang", "de", "--vocab-size", "500", "--out", str(root / "data")]) == 0
+    return root / "data"
+
+
+def write_config(path: Path, data: Path, out: Path, **train) -> Path:
+    values = dict(data=str(data), out=str(out), max_tokens=300, schedule="inverse_sqrt", peak_lr=3e-3, warmup=8,
+                  dtype="bf16", threads=1, max_steps=8, validate_every=1000, save_every_steps=2, keep_last=10,
+                  log_every=1, tensorboard=False, bleu_sentences=0)
+    values.update(train)
+    lines = ["[train]"] + [f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"' for k, v in values.items()]
+    path.write_text("\n".join(lines).replace("True", "true").replace("False", "false") + "\n[model]\npreset = \"tiny\"\n")
+    return path
+
+
+def train_in_process(config: Path, resume: bool = False, overrides=()) -> Trainer:
+    threads = torch.get_num_threads()
+    cfg, table = load_config(config, list(overrides))
+    data = PreparedData.open(cfg.data)
+    mcfg = model_config(table, data.vocabs, "test")
+    write_run_header(cfg, mcfg, data.vocabs)
+    trainer = Trainer(cfg, mcfg, data, resume=resume)
+    try:
+        trainer.train()
+    finally:
+        torch.set_num_threads(threads)
+    return trainer
+
+
+def metrics(run: Path, kind: str) -> list[dict]:
+    import json
+
+    return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == kind]
+
+
+def test_loss_falls_within_seconds(data_dir, tmp_path):
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=24, save_every_steps=1000,
+                          validate_every=12, max_tokens=600)
+    start = time.perf_counter()
+    train_in_process(config)
+    seconds = time.perf_counter() - start
+    train = metrics(tmp_path / "run", "train")
+    first, last = sum(r["loss"] for r in train[:3]) / 3, sum(r["loss"] for r in train[-3:]) / 3
+    assert last < first - 0.5 and last < math.log(500) - 0.5, (first, last)  # below a uniform guess
+    valid = metrics(tmp_path / "run", "valid")
+    assert len(valid) == 2 and valid[1]["valid_loss"] < valid[0]["valid_loss"]
+    model, vocabs, meta = load_model_dir(tmp_path / "run" / "model")
+    assert meta["src_lang"] == "en" and "best by valid_loss" in meta["weights"]
+    assert seconds < 60
+
+
+def test_sigkill_and_resume_is_bit_identical(data_dir, tmp_path):
+    reference = write_config(tmp_path / "ref.toml", data_dir, tmp_path / "ref")
+    train_in_process(reference)
+    config = write_config(tmp_path / "kill.toml", data_dir, tmp_path / "kill")
+    cmd = [sys.executable, "-m", "transduce", "train", str(config)]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while not list_checkpoints(tmp_path / "kill" / "checkpoints") and proc.poll() is None:
+            assert time.time() < deadline, "no checkpoint appeared"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()
+    done = list_checkpoints(tmp_path / "kill" / "checkpoints")
+    assert done and int(done[-1].name.split("_")[1]) < 8  # killed before the end
+    resumed = subprocess.run(cmd + ["--resume"], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stdout
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        ref = load_file(str(tmp_path / "ref/checkpoints/step_00000008" / name))
+        got = load_file(str(tmp_path / "kill/checkpoints/step_00000008" / name))
+        assert ref.keys() == got.keys()
+        assert all(torch.equal(ref[k], got[k]) for k in ref), name
+    assert (tmp_path / "ref/model/model.safetensors").read_bytes() == \
+        (tmp_path / "kill/model/model.safetensors").read_bytes()
+
+
+def test_existing_run_needs_resume_and_resume_continues(data_dir, tmp_path):
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=2)
+    train_in_process(config)
+    rc = cli_main(["train", str(config)])
+    assert rc == 2
+    trainer = train_in_process(config, resume=True, overrides=["max_steps=4"])
+    assert trainer.step == 4
+    assert [p.name for p in list_checkpoints(tmp_path / "run/checkpoints")] == ["step_00000002", "step_00000004"]
+
+
+def test_average_is_the_tensor_mean_and_keep_last_prunes(data_dir, tmp_path):
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=8, save_every_steps=1,
+                          keep_last=3)
+    train_in_process(config)
+    found = list_checkpoints(tmp_path / "run/checkpoints")
+    assert [p.name for p in found] == ["step_00000006", "step_00000007", "step_00000008"]
+    out = average(tmp_path / "run", 3, tmp_path / "avg")
+    tensors = [load_file(str(p / "model.safetensors")) for p in found]
+    averaged = load_file(str(out / "model.safetensors"))
+    for name, value in tensors[0].items():
+        mean = torch.stack([t[name].double() for t in tensors]).mean(0).float()
+        assert torch.equal(averaged[name], mean), name
+    model, _, meta = load_model_dir(out)
+    assert meta["averaged"] == '["step_00000006", "step_00000007", "step_00000008"]' or meta["averaged"]
+    with pytest.raises(ValueError, match="only 3 checkpoints"):
+        average(tmp_path / "run", 4, tmp_path / "avg2")
+
+
+def test_nonfinite_losses_skip_updates_then_stop_with_a_message(data_dir, tmp_path, monkeypatch):
+    from transduce.train import step as step_module
+
+    real = step_module.label_smoothed_loss
+    monkeypatch.setattr(step_module, "label_smoothed_loss",
+                        lambda *a, **k: (lambda r: (r[0] * float("nan"), r[1], r[2]))(real(*a, **k)))
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_nonfinite=3)
+    from transduce.train.trainer import TrainingStopped
+
+    with pytest.raises(TrainingStopped, match="not finite for 3 updates in a row"):
+        train_in_process(config)
+    assert [r["in_a_row"] for r in metrics(tmp_path / "run", "nonfinite")] == [1, 2, 3]

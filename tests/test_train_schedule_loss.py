@@ -1,0 +1,99 @@
+"""Schedule (§5.3), label-smoothed loss (§5.4) and the fast dropout, against hand computations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from transduce.train.dropout import FastDropout, use_fast_dropout
+from transduce.train.loss import label_smoothed_loss
+from transduce.train.schedule import Schedule, inverse_sqrt_lr, rsqrt_lr, set_lr
+
+
+@pytest.mark.parametrize("step", [1, 10, 3999, 4000, 4001, 20000, 100000])
+def test_rsqrt_matches_the_paper_formula(step):
+    expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+    assert rsqrt_lr(step, 512, 4000) == pytest.approx(expected, rel=1e-12)
+    assert rsqrt_lr(step, 512, 4000, scale=2.0) == pytest.approx(2 * expected, rel=1e-12)
+
+
+def test_rsqrt_peaks_at_warmup():
+    values = [rsqrt_lr(s, 512, 4000) for s in range(1, 10001)]
+    assert max(range(len(values)), key=values.__getitem__) + 1 == 4000
+    assert values[3999] == pytest.approx(512**-0.5 * 4000**-0.5)  # ≈ 7.0e-4
+
+
+def test_inverse_sqrt_warms_up_linearly_then_decays():
+    assert inverse_sqrt_lr(1, 5e-3, 2000) == pytest.approx(5e-3 / 2000)
+    assert inverse_sqrt_lr(1000, 5e-3, 2000) == pytest.approx(2.5e-3)
+    assert inverse_sqrt_lr(2000, 5e-3, 2000) == pytest.approx(5e-3)
+    assert inverse_sqrt_lr(8000, 5e-3, 2000) == pytest.approx(2.5e-3)
+    assert inverse_sqrt_lr(1, 1.0, 10, init_lr=0.5) == pytest.approx(0.55)
+
+
+def test_schedule_object_and_set_lr():
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam([{"params": [model.weight]}, {"params": [model.bias]}])
+    sched = Schedule("rsqrt", warmup=10, d_model=64, scale=0.5)
+    set_lr(opt, sched(7))
+    assert [g["lr"] for g in opt.param_groups] == [0.5 * 64**-0.5 * 7 * 10**-1.5] * 2
+    assert Schedule("inverse_sqrt", warmup=4, peak_lr=1e-3)(16) == pytest.approx(5e-4)
+
+
+def test_label_smoothing_matches_a_hand_computation():
+    # V = 4 (pad = 0), one real token with label 2 and one padding position.
+    logits = torch.tensor([[[1.0, 2.0, 0.5, -1.0], [9.0, 9.0, 9.0, 9.0]]])  # (1, 2, 4)
+    target = torch.tensor([[2, 0]])
+    eps = 0.1
+    logp = [z - math.log(sum(math.exp(x) for x in [1.0, 2.0, 0.5, -1.0])) for z in [1.0, 2.0, 0.5, -1.0]]
+    # q: 1 - eps on the gold label plus eps/3 on each of the 3 non-pad tokens (gold included), 0 on pad
+    q = [0.0, eps / 3, 1 - eps + eps / 3, eps / 3]
+    expected = -sum(qi * lp for qi, lp in zip(q, logp))
+    loss, nll, n = label_smoothed_loss(logits, target, eps, pad_id=0)
+    assert n == 1
+    assert nll.item() == pytest.approx(-logp[2], rel=1e-6)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
+    plain, _, _ = label_smoothed_loss(logits, target, 0.0)
+    assert plain.item() == pytest.approx(-logp[2], rel=1e-6)
+
+
+def test_loss_sums_over_tokens_excludes_padding_and_runs_in_fp32():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 50)
+    target = torch.randint(1, 50, (3, 5))
+    target[0, 3:] = 0
+    target[2, 1:] = 0
+    loss, nll, n = label_smoothed_loss(logits, target, 0.1)
+    assert n == int((target != 0).sum())
+    keep = target != 0
+    ref = torch.nn.functional.cross_entropy(logits[keep], target[keep], reduction="sum")
+    assert nll.item() == pytest.approx(ref.item(), rel=1e-5)
+    loss16, nll16, _ = label_smoothed_loss(logits.bfloat16(), target, 0.1)
+    assert loss16.dtype == torch.float32
+    assert loss16.item() == pytest.approx(label_smoothed_loss(logits.bfloat16().float(), target, 0.1)[0].item(),
+                                          rel=1e-6)
+
+
+def test_fast_dropout_keeps_1_minus_p_and_rescales():
+    torch.manual_seed(0)
+    drop = FastDropout(0.3).train()
+    x = torch.ones(200_000, dtype=torch.bfloat16)
+    y = drop(x)
+    kept = (y != 0).float().mean().item()
+    assert kept == pytest.approx(0.7, abs=0.005)
+    assert torch.unique(y).tolist() == pytest.approx([0.0, 1 / 0.7], rel=1e-2)  # bf16 rounding of 1/0.7
+    assert y.dtype == torch.bfloat16
+    assert torch.equal(drop.eval()(x), x)
+
+
+def test_use_fast_dropout_swaps_every_dropout_and_keeps_weights():
+    from transduce.model import ModelConfig, Transformer
+
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    count = sum(isinstance(m, torch.nn.Dropout) for m in model.modules())
+    assert use_fast_dropout(model) == count > 0
+    assert not any(isinstance(m, torch.nn.Dropout) for m in model.modules())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
