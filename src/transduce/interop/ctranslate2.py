@@ -1,0 +1,118 @@
+"""Export a transduce model to CTranslate2 through its own converter and spec API.
+
+CTranslate2's ``TransformerSpec`` describes exactly the paper's model when built with
+``pre_norm=False`` (post-norm, §3.1) and ReLU (§3.3): fused Q/K/V projections like ours, a
+fused K/V projection for encoder–decoder attention, embeddings × √d_model (§3.4), and an
+explicit position table — we hand it our interleaved sinusoids (§3.5), so no dimension
+permutation is needed here (unlike the MarianMT export).
+
+The vocabulary is the list of SentencePiece pieces in id order; CTranslate2 appends
+``</s>`` to the source (our source is tokens + eos) and starts the decoder from ``<s>``
+(our bos). The directory also receives ``source.spm``/``target.spm`` for tokenisation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..data.vocab import Vocab, Vocabs
+from ..model import Transformer
+from .marian import SPECIALS, check_exportable
+
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
+                 "float32")
+
+
+def _require():
+    try:
+        import ctranslate2
+    except ImportError as e:
+        raise ValueError("exporting to CTranslate2 needs the ctranslate2 package "
+                         "(pip install 'transduce[interop]')") from e
+    return ctranslate2
+
+
+def build_spec(model: Transformer, vocabs: Vocabs):
+    """A filled ``ctranslate2.specs.TransformerSpec`` for ``model``."""
+    _require()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    cfg = model.config
+    check_exportable(cfg)
+    w = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.encoder_layers, cfg.decoder_layers), cfg.n_heads, pre_norm=False,
+        activation=common_spec.Activation.RELU)
+    table = model.src_embed.positions.table.float().cpu().numpy()  # (max_positions, d_model), interleaved
+
+    def linear(target, name: str) -> None:
+        target.weight = w[f"{name}.weight"]
+        target.bias = w[f"{name}.bias"]
+
+    def norm(target, name: str) -> None:
+        target.gamma, target.beta = w[f"{name}.weight"], w[f"{name}.bias"]
+
+    def ffn(target, prefix: str) -> None:
+        linear(target.linear_0, f"{prefix}.ff.w1")
+        linear(target.linear_1, f"{prefix}.ff.w2")
+        norm(target.layer_norm, f"{prefix}.res_ff.norm")
+
+    spec.encoder.embeddings[0].weight = w["src_embed.token.weight"]
+    spec.encoder.position_encodings.encodings = table
+    spec.encoder.scale_embeddings = True
+    for i, layer in enumerate(spec.encoder.layer):
+        p = f"encoder.layers.{i}"
+        linear(layer.self_attention.linear[0], f"{p}.self_attn.qkv_proj")
+        linear(layer.self_attention.linear[1], f"{p}.self_attn.out_proj")
+        norm(layer.self_attention.layer_norm, f"{p}.res_attn.norm")
+        ffn(layer.ffn, p)
+    spec.decoder.embeddings.weight = w["tgt_embed.token.weight"]
+    spec.decoder.position_encodings.encodings = table
+    spec.decoder.scale_embeddings = True
+    spec.decoder.projection.weight = w["generator.weight"]
+    spec.decoder.projection.bias = np.zeros(cfg.target_vocab_size, dtype=np.float32)
+    for i, layer in enumerate(spec.decoder.layer):
+        p = f"decoder.layers.{i}"
+        linear(layer.self_attention.linear[0], f"{p}.self_attn.qkv_proj")
+        linear(layer.self_attention.linear[1], f"{p}.self_attn.out_proj")
+        norm(layer.self_attention.layer_norm, f"{p}.res_self.norm")
+        linear(layer.attention.linear[0], f"{p}.cross_attn.q_proj")
+        linear(layer.attention.linear[1], f"{p}.cross_attn.kv_proj")
+        linear(layer.attention.linear[2], f"{p}.cross_attn.out_proj")
+        norm(layer.attention.layer_norm, f"{p}.res_cross.norm")
+        ffn(layer.ffn, p)
+
+    spec.config.unk_token, spec.config.bos_token = SPECIALS["unk"], SPECIALS["bos"]
+    spec.config.eos_token, spec.config.decoder_start_token = SPECIALS["eos"], SPECIALS["bos"]
+    spec.config.add_source_eos = True
+    spec.config.layer_norm_epsilon = cfg.layer_norm_eps
+    spec.register_source_vocabulary(pieces(vocabs.src))
+    spec.register_target_vocabulary(pieces(vocabs.tgt))
+    return spec
+
+
+def pieces(vocab: Vocab) -> list[str]:
+    """Tokens in id order, as CTranslate2 vocabularies list them."""
+    return [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
+
+
+def export_ctranslate2(model: Transformer, vocabs: Vocabs, out: str | Path, quantization: str | None = None,
+                       force: bool = True) -> Path:
+    """Convert and save to ``out`` (``quantization``: None keeps float32, or e.g. ``int8``)."""
+    ct2 = _require()
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(f"--quantization {quantization!r}: choose from {', '.join(QUANTIZATIONS)}")
+    spec = build_spec(model, vocabs)
+
+    class _Converter(ct2.converters.Converter):
+        def _load(self):
+            return spec
+
+    out = Path(out)
+    _Converter().convert(str(out), quantization=quantization, force=force)
+    vocabs.src.save(out / "source.spm")
+    vocabs.tgt.save(out / "target.spm")
+    return out
+

@@ -1,0 +1,415 @@
+"""HuggingFace MarianMT directories: export a transduce model to one, import one from disk.
+
+A MarianMT model (``transformers.MarianMTModel``, the architecture of the OPUS-MT models)
+is the paper's base design: post-norm residuals (§3.1), sinusoidal positions (§3.5),
+embeddings × √d_model and tied embeddings (§3.4), ReLU feed-forward (§3.3). Three things differ:
+
+* **Position layout.** HF's sinusoid table puts every sine in the first half of the
+  dimensions and every cosine in the second half; ours interleaves them (§3.5:
+  PE(pos, 2i) = sin, PE(pos, 2i+1) = cos), and HF recomputes its table on load, so it
+  cannot be overwritten. Every operation on the residual stream is equivariant under a
+  permutation of the d_model dimensions (LayerNorm, residual adds, the projections' input
+  columns and output rows), so the export permutes the model dimensions consistently,
+  ``hf_dim[k] = our_dim[PERM[k]]`` with PERM = (0, 2, 4, …, 1, 3, 5, …), which maps our
+  table onto theirs exactly. Attention heads and the feed-forward hidden units are untouched.
+* **Fused projections.** Our self-attention keeps Q, K, V in one (3·d, d) matrix and the
+  encoder–decoder attention K, V in one (2·d, d) matrix; Marian keeps them separate.
+* **Special tokens.** Marian has no ``<s>``: it starts the decoder from its pad token, whose
+  embedding is zero (OPUS-MT: ``</s>`` = 0, ``<unk>`` = 1, ``<pad>`` = V−1). HF reads every
+  special id from config.json, so an export keeps our ids (pad 0, unk 1, eos 3) and sets
+  ``decoder_start_token_id`` = our bos (2). An import re-orders the vocabulary into our
+  layout (pad, unk, bos, eos, then the rest in Marian's order); when the decoder start is the
+  pad token, our ``<s>`` gets a copy of the pad row, so the vocabulary grows by one.
+
+The tokenizer files are ``source.spm``/``target.spm`` (SentencePiece models) and
+``vocab.json`` (piece -> id; ``target_vocab.json`` too for separate vocabularies). Nothing
+here unpickles: weights are safetensors, the rest JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from sentencepiece import sentencepiece_model_pb2 as spm_pb2
+
+from ..config import ConfigError
+from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, Vocabs
+from ..model import ModelConfig, Transformer
+
+WEIGHTS = "model.safetensors"
+SPECIALS = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
+
+
+def offline() -> None:
+    """Make sure nothing in transformers / huggingface_hub tries the network."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+def interleave_to_halves(d_model: int) -> torch.Tensor:
+    """PERM with ``hf[..., k] = ours[..., PERM[k]]``: even dims (sines) first, then odd (cosines)."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
+def check_exportable(cfg: ModelConfig) -> None:
+    """Raise naming the config key that MarianMT cannot represent."""
+    unsupported = {
+        "norm": (cfg.norm == "post", "MarianMT is post-norm only"),
+        "positions": (cfg.positions == "sinusoidal", "MarianMT has sinusoidal positions only"),
+        "attention": (cfg.attention == "scaled_dot", "MarianMT has scaled dot-product attention only"),
+        "attention_window": (cfg.attention_window is None, "MarianMT has no restricted self-attention"),
+        "scale_embeddings": (cfg.scale_embeddings, "exports assume embeddings × √d_model"),
+        "layer_norm_eps": (cfg.layer_norm_eps == 1e-5, "MarianMT's LayerNorm epsilon is fixed at 1e-5"),
+    }
+    for key, (ok, why) in unsupported.items():
+        if not ok:
+            raise ConfigError(f"key {key!r}: cannot export {getattr(cfg, key)!r}: {why}")
+
+
+# ----------------------------------------------------------------------------- weight names
+def _layer_pairs(prefix_ours: str, prefix_hf: str, decoder: bool) -> list[tuple[str, str, str]]:
+    """(our name, HF name, which dims are model dims) for one layer's plain (unfused) tensors.
+
+    The third field says where the residual-stream dimension sits: ``in`` (weight
+    columns), ``out`` (weight rows / bias), ``vec`` (LayerNorm).
+    """
+    o, h = prefix_ours, prefix_hf
+    pairs = [
+        (f"{o}.self_attn.out_proj.weight", f"{h}.self_attn.out_proj.weight", "out"),
+        (f"{o}.self_attn.out_proj.bias", f"{h}.self_attn.out_proj.bias", "out"),
+        (f"{o}.ff.w1.weight", f"{h}.fc1.weight", "in"),
+        (f"{o}.ff.w1.bias", f"{h}.fc1.bias", "none"),
+        (f"{o}.ff.w2.weight", f"{h}.fc2.weight", "out"),
+        (f"{o}.ff.w2.bias", f"{h}.fc2.bias", "out"),
+    ]
+    norms = [("res_self" if decoder else "res_attn", "self_attn_layer_norm"), ("res_ff", "final_layer_norm")]
+    if decoder:
+        norms.append(("res_cross", "encoder_attn_layer_norm"))
+        pairs += [
+            (f"{o}.cross_attn.q_proj.weight", f"{h}.encoder_attn.q_proj.weight", "in"),
+            (f"{o}.cross_attn.q_proj.bias", f"{h}.encoder_attn.q_proj.bias", "none"),
+            (f"{o}.cross_attn.out_proj.weight", f"{h}.encoder_attn.out_proj.weight", "out"),
+            (f"{o}.cross_attn.out_proj.bias", f"{h}.encoder_attn.out_proj.bias", "out"),
+        ]
+    for ours, theirs in norms:
+        pairs += [(f"{o}.{ours}.norm.{p}", f"{h}.{theirs}.{p}", "vec") for p in ("weight", "bias")]
+    return pairs
+
+
+def _fused(prefix_ours: str, prefix_hf: str, decoder: bool) -> list[tuple[str, list[str]]]:
+    """Fused projections: (our name, HF names of its row blocks in order); input dims are model dims."""
+    o, h = prefix_ours, prefix_hf
+    out = []
+    for p in ("weight", "bias"):
+        out.append((f"{o}.self_attn.qkv_proj.{p}", [f"{h}.self_attn.{x}_proj.{p}" for x in "qkv"]))
+        if decoder:
+            out.append((f"{o}.cross_attn.kv_proj.{p}", [f"{h}.encoder_attn.{x}_proj.{p}" for x in "kv"]))
+    return out
+
+
+def _layers(cfg: ModelConfig):
+    for i in range(cfg.encoder_layers):
+        yield f"encoder.layers.{i}", f"model.encoder.layers.{i}", False
+    for i in range(cfg.decoder_layers):
+        yield f"decoder.layers.{i}", f"model.decoder.layers.{i}", True
+
+
+def _permute(t: torch.Tensor, where: str, perm: torch.Tensor) -> torch.Tensor:
+    if where == "in" or (where == "out" and t.dim() == 1) or where == "vec":
+        return t.index_select(t.dim() - 1, perm).contiguous()
+    if where == "out":
+        return t.index_select(0, perm).contiguous()
+    return t.contiguous()
+
+
+# ----------------------------------------------------------------------------- state dicts
+def to_marian_state(model: Transformer) -> dict[str, torch.Tensor]:
+    """Our state dict -> MarianMTModel's (tied tensors stored once, under HF's canonical names)."""
+    cfg = model.config
+    check_exportable(cfg)
+    ours = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    perm = interleave_to_halves(cfg.d_model)
+    hf: dict[str, torch.Tensor] = {}
+    for o, h, decoder in _layers(cfg):
+        for a, b, where in _layer_pairs(o, h, decoder):
+            hf[b] = _permute(ours[a], where, perm)
+        for a, names in _fused(o, h, decoder):
+            for b, block in zip(names, ours[a].chunk(len(names), dim=0)):
+                hf[b] = _permute(block, "in" if block.dim() == 2 else "none", perm)
+    src = _permute(ours["src_embed.token.weight"], "in", perm)
+    tgt = _permute(ours["tgt_embed.token.weight"], "in", perm)
+    if cfg.tie_embeddings == "all":
+        hf["model.shared.weight"] = src
+    else:
+        hf["model.encoder.embed_tokens.weight"] = src
+        hf["model.decoder.embed_tokens.weight"] = tgt
+    if cfg.tie_embeddings == "none":
+        hf["lm_head.weight"] = _permute(ours["generator.weight"], "in", perm)
+    hf["final_logits_bias"] = torch.zeros(1, cfg.target_vocab_size)
+    return hf
+
+
+def from_marian_state(hf: dict[str, torch.Tensor], cfg: ModelConfig, rows_src: torch.Tensor,
+                      rows_tgt: torch.Tensor, where: str) -> dict[str, torch.Tensor]:
+    """MarianMTModel's state dict -> ours. ``rows_*[i]`` is the Marian id of our token i."""
+    perm = interleave_to_halves(cfg.d_model)
+    inv = torch.argsort(perm)  # ours[..., j] = hf[..., inv[j]]
+
+    def get(name: str) -> torch.Tensor:
+        if name not in hf:
+            raise ConfigError(f"{where}: missing tensor {name!r}")
+        return hf[name].float()
+
+    ours: dict[str, torch.Tensor] = {}
+    for o, h, decoder in _layers(cfg):
+        for a, b, kind in _layer_pairs(o, h, decoder):
+            ours[a] = _permute(get(b), kind, inv)
+        for a, names in _fused(o, h, decoder):
+            ours[a] = torch.cat([_permute(get(b), "in" if get(b).dim() == 2 else "none", inv) for b in names])
+    shared = "model.shared.weight" in hf
+    src = get("model.shared.weight" if shared else "model.encoder.embed_tokens.weight")
+    tgt = get("model.shared.weight" if shared else "model.decoder.embed_tokens.weight")
+    ours["src_embed.token.weight"] = _permute(src.index_select(0, rows_src), "in", inv)
+    ours["tgt_embed.token.weight"] = _permute(tgt.index_select(0, rows_tgt), "in", inv)
+    ours["generator.weight"] = ours["tgt_embed.token.weight"]
+    if cfg.tie_embeddings == "none":
+        ours["generator.weight"] = _permute(get("lm_head.weight").index_select(0, rows_tgt), "in", inv)
+    bias = hf.get("final_logits_bias")
+    if bias is not None and bias.abs().max() > 0:
+        raise ConfigError(f"{where}: final_logits_bias is not zero; transduce's output layer has no bias")
+    return ours
+
+
+def marian_config(cfg: ModelConfig) -> dict[str, Any]:
+    """config.json for MarianMTModel, with our special ids (see the module docstring)."""
+    return {
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": cfg.vocab_size,
+        "decoder_vocab_size": cfg.target_vocab_size,
+        "max_position_embeddings": cfg.max_positions,
+        "encoder_layers": cfg.encoder_layers,
+        "decoder_layers": cfg.decoder_layers,
+        "encoder_ffn_dim": cfg.d_ff,
+        "decoder_ffn_dim": cfg.d_ff,
+        "encoder_attention_heads": cfg.n_heads,
+        "decoder_attention_heads": cfg.n_heads,
+        "d_model": cfg.d_model,
+        "activation_function": "relu",
+        "dropout": cfg.dropout,
+        "attention_dropout": cfg.attention_dropout,
+        "activation_dropout": cfg.activation_dropout,
+        "encoder_layerdrop": 0.0,
+        "decoder_layerdrop": 0.0,
+        "scale_embedding": cfg.scale_embeddings,
+        "normalize_before": False,
+        "static_position_embeddings": True,
+        "share_encoder_decoder_embeddings": cfg.tie_embeddings == "all",
+        "tie_word_embeddings": cfg.tie_embeddings != "none",
+        "pad_token_id": cfg.pad_id,
+        "eos_token_id": cfg.eos_id,
+        "forced_eos_token_id": cfg.eos_id,
+        "decoder_start_token_id": cfg.bos_id,
+        "is_encoder_decoder": True,
+        "use_cache": True,
+    }
+
+
+# ----------------------------------------------------------------------------- export
+def export_marian(model: Transformer, vocabs: Vocabs, out: str | Path, meta: dict[str, Any] | None = None) -> Path:
+    """Write a MarianMT directory that ``transformers`` loads offline (model + MarianTokenizer)."""
+    cfg = model.config
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(to_marian_state(model), str(out / WEIGHTS), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(marian_config(cfg), indent=2) + "\n")
+    generation = {"decoder_start_token_id": cfg.bos_id, "eos_token_id": cfg.eos_id, "pad_token_id": cfg.pad_id,
+                  "forced_eos_token_id": cfg.eos_id, "bad_words_ids": [[cfg.pad_id], [cfg.bos_id]],
+                  "max_length": cfg.max_positions, "num_beams": 4}
+    (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    vocabs.src.save(out / "source.spm")
+    vocabs.tgt.save(out / "target.spm")
+    separate = not vocabs.shared
+    _write_json(out / "vocab.json", _piece_ids(vocabs.src))
+    if separate:
+        _write_json(out / "target_vocab.json", _piece_ids(vocabs.tgt))
+    meta = meta or {}
+    tokenizer = {"tokenizer_class": "MarianTokenizer", "source_lang": meta.get("src_lang"),
+                 "target_lang": meta.get("tgt_lang"), "unk_token": SPECIALS["unk"], "eos_token": SPECIALS["eos"],
+                 "pad_token": SPECIALS["pad"], "model_max_length": cfg.max_positions, "separate_vocabs": separate}
+    _write_json(out / "tokenizer_config.json", tokenizer)
+    _write_json(out / "special_tokens_map.json", {"unk_token": SPECIALS["unk"], "eos_token": SPECIALS["eos"],
+                                                  "pad_token": SPECIALS["pad"]})
+    return out
+
+
+def _piece_ids(vocab: Vocab) -> dict[str, int]:
+    return {vocab.sp.id_to_piece(i): i for i in range(len(vocab))}
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+# ----------------------------------------------------------------------------- import
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing (a MarianMT directory needs it)")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+
+
+def config_from_marian(hf: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
+    """Check a MarianMT config.json describes the paper's architecture.
+
+    Returns our ModelConfig fields (without vocabulary sizes) and how Marian ties its
+    embeddings: ``all`` (shared), ``target`` (decoder input = output) or ``none``.
+    """
+    expect = {"model_type": "marian", "activation_function": "relu", "scale_embedding": True}
+    for key, value in expect.items():
+        if hf.get(key, value) != value:
+            raise ConfigError(f"{where}: key {key!r} is {hf.get(key)!r}; transduce imports only {value!r}")
+    for key in ("normalize_before", "normalize_embedding", "add_final_layer_norm"):
+        if hf.get(key):
+            raise ConfigError(f"{where}: key {key!r} is true; transduce imports post-norm Marian models only")
+    for key in ("d_model", "encoder_layers", "decoder_layers", "encoder_ffn_dim", "encoder_attention_heads",
+                "vocab_size", "pad_token_id", "eos_token_id"):
+        if not isinstance(hf.get(key), (int, list)):
+            raise ConfigError(f"{where}: key {key!r} is missing or not an integer")
+    for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
+        if hf.get(b, hf[a]) != hf[a]:
+            raise ConfigError(f"{where}: key {b!r}={hf.get(b)} differs from {a!r}={hf[a]}; transduce needs them equal")
+    if hf.get("share_encoder_decoder_embeddings", True):
+        tie = "all"
+    else:
+        tie = "target" if hf.get("tie_word_embeddings", True) else "none"
+    fields = dict(
+        encoder_layers=hf["encoder_layers"], decoder_layers=hf["decoder_layers"], d_model=hf["d_model"],
+        d_ff=hf["encoder_ffn_dim"], n_heads=hf["encoder_attention_heads"],
+        dropout=float(hf.get("dropout", 0.1)), attention_dropout=float(hf.get("attention_dropout", 0.0)),
+        activation_dropout=float(hf.get("activation_dropout", 0.0)),
+        max_positions=int(hf.get("max_position_embeddings", 1024)),
+    )
+    return fields, tie
+
+
+def reorder_spm(proto_bytes: bytes, order: list[str], where: str) -> tuple[bytes, list[str]]:
+    """A SentencePiece model whose piece i is ``order[i]`` and whose specials sit at ids 0..3.
+
+    Scores and types come from the original model, so segmentation is unchanged; pieces of
+    ``order`` unknown to this model become UNUSED (never produced). Returns the new model
+    and the original pieces that ``order`` lacks (they could not be given an id).
+    """
+    model = spm_pb2.ModelProto()
+    try:
+        model.ParseFromString(proto_bytes)
+    except Exception as e:  # protobuf's DecodeError
+        raise ConfigError(f"{where}: not a SentencePiece model ({e})") from None
+    old = {p.piece: p for p in model.pieces}
+    kinds = {SPECIALS["pad"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
+             SPECIALS["unk"]: spm_pb2.ModelProto.SentencePiece.UNKNOWN,
+             SPECIALS["bos"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
+             SPECIALS["eos"]: spm_pb2.ModelProto.SentencePiece.CONTROL}
+    new = spm_pb2.ModelProto()
+    new.CopyFrom(model)
+    del new.pieces[:]
+    for piece in order:
+        p = new.pieces.add()
+        if piece in old:
+            p.CopyFrom(old[piece])
+        else:
+            p.piece, p.score = piece, 0.0
+            p.type = spm_pb2.ModelProto.SentencePiece.UNUSED
+        if piece in kinds and p.type != kinds[piece]:
+            p.type = kinds[piece]
+    spec = new.trainer_spec
+    wanted_spec = dict(pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, vocab_size=len(order),
+                       pad_piece=SPECIALS["pad"], unk_piece=SPECIALS["unk"], bos_piece=SPECIALS["bos"],
+                       eos_piece=SPECIALS["eos"])
+    for field, value in wanted_spec.items():  # only what differs, so an unchanged model stays byte-identical
+        if getattr(spec, field) != value:
+            setattr(spec, field, value)
+    wanted = set(order)
+    dropped = [p.piece for p in model.pieces
+               if p.piece not in wanted and p.type == spm_pb2.ModelProto.SentencePiece.NORMAL]
+    return new.SerializeToString(), dropped
+
+
+def _our_order(vocab: dict[str, int], pad: int, eos: int, start: int, where: str) -> tuple[list[str], torch.Tensor]:
+    """Pieces in our id order and, for each, the Marian row it takes its embedding from."""
+    by_id = {i: p for p, i in vocab.items()}
+    if len(by_id) != len(vocab):
+        raise ConfigError(f"{where}: two pieces share an id")
+    if SPECIALS["unk"] not in vocab:
+        raise ConfigError(f"{where}: no {SPECIALS['unk']!r} piece")
+    for name, i in (("pad_token_id", pad), ("eos_token_id", eos), ("decoder_start_token_id", start)):
+        if i not in by_id:
+            raise ConfigError(f"{where}: config.json {name}={i} is not an id of the vocabulary")
+    unk = vocab[SPECIALS["unk"]]
+    specials = [(SPECIALS["pad"], pad), (SPECIALS["unk"], unk), (SPECIALS["bos"], start), (SPECIALS["eos"], eos)]
+    taken = {pad, unk, start, eos}
+    rest = [(by_id[i], i) for i in sorted(by_id) if i not in taken]
+    clash = [p for p, _ in rest if p in SPECIALS.values()]
+    if clash:
+        raise ConfigError(f"{where}: piece {clash[0]!r} is not at the id config.json gives its role")
+    pieces = specials + rest
+    return [p for p, _ in pieces], torch.tensor([i for _, i in pieces])
+
+
+def import_marian(hf_dir: str | Path) -> tuple[Transformer, Vocabs, dict[str, Any]]:
+    """Read a MarianMT directory (config.json, model.safetensors, source/target.spm, vocab.json)."""
+    hf_dir = Path(hf_dir)
+    if not hf_dir.is_dir():
+        raise FileNotFoundError(f"{hf_dir}: not a directory")
+    hf_cfg = _read_json(hf_dir / "config.json")
+    fields, tie = config_from_marian(hf_cfg, str(hf_dir / "config.json"))
+    pad = hf_cfg.get("pad_token_id")
+    eos = hf_cfg.get("eos_token_id")
+    start = hf_cfg.get("decoder_start_token_id", pad)
+    if isinstance(eos, list):
+        eos = eos[0]
+    tok = _read_json(hf_dir / "tokenizer_config.json") if (hf_dir / "tokenizer_config.json").is_file() else {}
+    src_vocab = _read_json(hf_dir / "vocab.json")
+    separate = bool(tok.get("separate_vocabs")) or (hf_dir / "target_vocab.json").is_file()
+    tgt_vocab = _read_json(hf_dir / "target_vocab.json") if separate else src_vocab
+    src_order, src_rows = _our_order(src_vocab, pad, eos, start, str(hf_dir / "vocab.json"))
+    tgt_order, tgt_rows = _our_order(tgt_vocab, pad, eos, start,
+                                     str(hf_dir / ("target_vocab.json" if separate else "vocab.json")))
+    spm_paths = {name: hf_dir / name for name in ("source.spm", "target.spm")}
+    for path in spm_paths.values():
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing (a MarianMT directory needs it)")
+    src_proto, src_dropped = reorder_spm(spm_paths["source.spm"].read_bytes(), src_order, str(spm_paths["source.spm"]))
+    tgt_proto, tgt_dropped = reorder_spm(spm_paths["target.spm"].read_bytes(), tgt_order, str(spm_paths["target.spm"]))
+    same = src_proto == tgt_proto
+    src = Vocab(src_proto)
+    vocabs = Vocabs(src, src) if same else Vocabs(src, Vocab(tgt_proto))
+    # Marian's shared matrix with two SentencePiece models becomes two equal tables tied on the target side.
+    tie_cfg = "all" if tie == "all" and same else ("none" if tie == "none" else "target")
+    cfg = ModelConfig(**fields, vocab_size=len(src_order), tie_embeddings=tie_cfg,
+                      tgt_vocab_size=None if tie_cfg == "all" else len(tgt_order))
+    weights = hf_dir / WEIGHTS
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights}: missing (transduce imports safetensors weights only, never pickles)")
+    state = from_marian_state(load_file(str(weights)), cfg, src_rows, tgt_rows, str(weights))
+    model = Transformer(cfg)
+    expected = set(model.state_dict())
+    missing = sorted(expected - set(state))
+    if missing:
+        raise ConfigError(f"{weights}: cannot fill {missing[:3]} from the file")
+    for name, tensor in state.items():
+        if name in expected and model.state_dict()[name].shape != tensor.shape:
+            raise ConfigError(f"{weights}: tensor for {name} has shape {tuple(tensor.shape)}, config.json implies "
+                              f"{tuple(model.state_dict()[name].shape)}")
+    model.load_state_dict(state, strict=False)
+    meta = {"imported_from": str(hf_dir.resolve()), "src_lang": tok.get("source_lang") or "",
+            "tgt_lang": tok.get("target_lang") or "",
+            "spm_pieces_without_id": len(src_dropped) + (0 if same else len(tgt_dropped))}
+    return model.eval(), vocabs, meta

@@ -1,0 +1,282 @@
+"""Export to HuggingFace MarianMT and CTranslate2, import from MarianMT: same numbers on both sides.
+
+The model is a tiny Transformer briefly fitted on Multi30k pairs (so greedy outputs vary
+with the input), with a BPE vocabulary trained on the same lines.
+"""
+
+import gzip
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from transduce.cli import main
+from transduce.config import ConfigError
+from transduce.data.vocab import Vocab, Vocabs
+from transduce.interop import marian
+from transduce.interop.marian import export_marian, import_marian
+from transduce.model import ModelConfig, Transformer
+from transduce.modeldir import load_model_dir, save_model_dir
+
+DATA = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+transformers = pytest.importorskip("transformers", reason="interop tests need transformers (the interop extra)")
+ctranslate2 = pytest.importorskip("ctranslate2", reason="interop tests need ctranslate2 (the interop extra)")
+marian.offline()
+
+
+def read_lines(split: str, lang: str, n: int) -> list[str]:
+    with gzip.open(DATA / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+        return [next(f).strip() for _ in range(n)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Two shared cores: intra-op threads fighting each other make tiny models ~20x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    if not (DATA / "train.en.gz").is_file():
+        pytest.skip(f"Multi30k not found at {DATA}")
+    return read_lines("train", "en", 400), read_lines("train", "de", 400), read_lines("val", "en", 24)
+
+
+def pad(rows: list[list[int]]) -> torch.Tensor:
+    width = max(map(len, rows))
+    return torch.tensor([r + [0] * (width - len(r)) for r in rows])  # (B, width)
+
+
+@pytest.fixture(scope="module")
+def fitted(corpus, tmp_path_factory):
+    """(model, vocabs, model_dir): tiny, shared vocabulary, 80 Adam steps on 32 pairs."""
+    en, de, _ = corpus
+    vocab = Vocab.train(en + de, 400)
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab), dropout=0.0))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    src = pad([vocab.encode(s) + [3] for s in en[:32]])
+    tgt = pad([[2] + vocab.encode(s) + [3] for s in de[:32]])
+    for _ in range(80):
+        logits = model(src, tgt[:, :-1])  # (B, T, V)
+        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    vocabs = Vocabs(vocab, vocab)
+    directory = save_model_dir(tmp_path_factory.mktemp("m") / "model", model, vocabs, {"src_lang": "en",
+                                                                                       "tgt_lang": "de"})
+    return model, vocabs, directory
+
+
+@torch.no_grad()
+def greedy(model: Transformer, ids: list[int], max_len: int = 39) -> list[int]:
+    """Reference greedy search: bos, argmax until eos (eos not returned)."""
+    cache = model.init_cache(model.encode(torch.tensor([ids + [3]])), beam=1)
+    token, out = torch.tensor([2]), []
+    for _ in range(max_len):
+        token = model.decode_step(token, cache).argmax(-1)  # (1,)
+        if token.item() == 3:
+            break
+        out.append(token.item())
+    return out
+
+
+def load_hf(directory: Path):
+    model, info = transformers.MarianMTModel.from_pretrained(directory, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    return model.eval()
+
+
+def hf_logits(hf_model, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return hf_model(input_ids=src, attention_mask=(src != 0).long(), decoder_input_ids=tgt_in).logits
+
+
+def test_hf_export_logits_and_greedy_match(fitted, corpus, tmp_path):
+    model, vocabs, _ = fitted
+    _, de, val = corpus
+    export_marian(model, vocabs, tmp_path / "hf")
+    hf_model = load_hf(tmp_path / "hf")
+    src = pad([vocabs.src.encode(s) + [3] for s in val[:8]])  # padded rows included
+    tgt = pad([[2] + vocabs.tgt.encode(s) for s in de[100:108]])
+    with torch.no_grad():
+        ours = model(src, tgt)
+    assert (ours - hf_logits(hf_model, src, tgt)).abs().max() < 1e-4
+
+    # greedy, fp32, sentence by sentence from the same ids; HF forces eos as its 40th token
+    for sentence in val:
+        ids = vocabs.src.encode(sentence)
+        out = hf_model.generate(torch.tensor([ids + [3]]), num_beams=1, do_sample=False, max_new_tokens=40)
+        hf_ids = [t for t in out[0].tolist()[1:] if t != 3]
+        assert hf_ids == greedy(model, ids)
+
+
+def test_hf_tokenizer_reproduces_our_ids(fitted, corpus, tmp_path):
+    """MarianTokenizer over the exported files gives our ids + eos and decodes our outputs to our text.
+
+    It also applies Moses punctuation normalisation before SentencePiece, which can differ from
+    our NFC-only path on some punctuation; on these sentences the differences are counted and must be none.
+    """
+    model, vocabs, _ = fitted
+    export_marian(model, vocabs, tmp_path / "hf")
+    tok = transformers.MarianTokenizer.from_pretrained(tmp_path / "hf")
+    val = corpus[2]
+    differ = [s for s in val if tok(s)["input_ids"] != vocabs.src.encode(s) + [3]]
+    assert differ == []
+    outs = [greedy(model, vocabs.src.encode(s)) for s in val[:6]]
+    assert tok.batch_decode(outs, skip_special_tokens=True) == [vocabs.tgt.decode(o) for o in outs]
+
+
+def test_position_permutation_is_what_makes_them_equal(fitted, corpus, tmp_path, monkeypatch):
+    """Without mapping our interleaved sinusoids onto HF's sin-half/cos-half layout the logits differ."""
+    model, vocabs, _ = fitted
+    monkeypatch.setattr(marian, "interleave_to_halves", lambda d: torch.arange(d))
+    export_marian(model, vocabs, tmp_path / "hf")
+    src = pad([vocabs.src.encode(s) + [3] for s in corpus[2][:4]])
+    tgt = pad([[2] + vocabs.tgt.encode(s) for s in corpus[1][:4]])
+    with torch.no_grad():
+        ours = model(src, tgt)
+    assert (ours - hf_logits(load_hf(tmp_path / "hf"), src, tgt)).abs().max() > 0.1
+
+
+def test_round_trip_through_the_cli_is_exact(fitted, tmp_path, capsys):
+    model, _, model_dir = fitted
+    assert main(["export", "--to", "hf", "--model", str(model_dir), "--out", str(tmp_path / "hf")]) == 0
+    assert main(["import", str(tmp_path / "hf"), "--out", str(tmp_path / "back")]) == 0
+    back, vocabs, meta = load_model_dir(tmp_path / "back")
+    assert back.config == model.config
+    assert vocabs.shared and vocabs.src.proto == fitted[1].src.proto
+    assert meta["src_lang"] == "en" and meta["tgt_lang"] == "de"
+    ours, theirs = model.state_dict(), back.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def opus_layout(hf_dir: Path, vocab: Vocab, out: Path) -> torch.Tensor:
+    """Rewrite an export into OPUS-MT's conventions: </s>=0, <unk>=1, other pieces, <pad>=V-1 (zero row),
+    decoder starts from <pad>. Returns ``new_of_old`` (Marian id of each of our ids, -1 for <s>)."""
+    shutil.copytree(hf_dir, out)
+    pieces = [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
+    order = ["</s>", "<unk>"] + pieces[4:] + ["<pad>"]  # no <s>: Marian has none
+    mapping = {p: i for i, p in enumerate(order)}
+    (out / "vocab.json").write_text(json.dumps(mapping))
+    cfg = json.loads((out / "config.json").read_text())
+    V = len(order)
+    cfg.update(vocab_size=V, decoder_vocab_size=V, pad_token_id=V - 1, eos_token_id=0, forced_eos_token_id=0,
+               decoder_start_token_id=V - 1)
+    (out / "config.json").write_text(json.dumps(cfg))
+    (out / "generation_config.json").unlink()
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(out / "model.safetensors"))
+    rows = torch.tensor([pieces.index(p) for p in order])
+    shared = state["model.shared.weight"].index_select(0, rows).clone()  # (V, d)
+    shared[V - 1] = 0.0  # Marian's pad row, the decoder's start, is zero
+    state["model.shared.weight"] = shared
+    state["final_logits_bias"] = torch.zeros(1, V)
+    save_file(state, str(out / "model.safetensors"))
+    return torch.tensor([mapping.get(p, -1) for p in pieces])
+
+
+def test_import_of_an_opus_mt_layout(fitted, corpus, tmp_path):
+    """Foreign special ids and a zero decoder-start row: the imported model scores like the MarianMT one."""
+    model, vocabs, _ = fitted
+    export_marian(model, vocabs, tmp_path / "hf")
+    marian_of = opus_layout(tmp_path / "hf", vocabs.src, tmp_path / "opus")
+    hf_model = load_hf(tmp_path / "opus")
+    ours, ours_vocabs, _ = import_marian(tmp_path / "opus")
+    V = hf_model.config.vocab_size
+    assert ours.config.vocab_size == V + 1  # <s> added as a copy of the start row
+    assert ours_vocabs.src.sp.id_to_piece(2) == "<s>" and ours_vocabs.src.sp.id_to_piece(3) == "</s>"
+    de, val = corpus[1], corpus[2]
+    our_src = [ours_vocabs.src.encode(s) + [3] for s in val[:6]]
+    our_tgt = [[2] + ours_vocabs.tgt.encode(s) for s in de[:6]]
+    assert our_src[0][:-1] == vocabs.src.encode(val[0])  # same pieces, same segmentation
+    to_marian = {i: int(marian_of[i]) for i in range(len(marian_of)) if marian_of[i] >= 0}
+    to_marian[2] = V - 1  # our <s> is Marian's start (pad)
+    m_src = pad([[to_marian[t] for t in row] for row in our_src])
+    m_src[m_src == 0] = 0  # no-op: Marian eos is 0, and padding is masked below
+    mask = pad([[1] * len(row) for row in our_src])
+    m_tgt = pad([[to_marian[t] for t in row] for row in our_tgt])
+    with torch.no_grad():
+        theirs = hf_model(input_ids=m_src, attention_mask=mask, decoder_input_ids=m_tgt).logits  # (B, T, V)
+        mine = ours(pad(our_src), pad(our_tgt))  # (B, T, V+1)
+    cols = torch.tensor([to_marian.get(i, -1) for i in range(V + 1)])
+    real = cols >= 0
+    lengths = [len(r) for r in our_tgt]
+    for b, n in enumerate(lengths):
+        assert (mine[b, :n][:, real] - theirs[b, :n][:, cols[real]]).abs().max() < 1e-4
+
+
+def test_ctranslate2_export_scores_and_greedy_match(fitted, corpus, tmp_path):
+    model, vocabs, model_dir = fitted
+    assert main(["export", "--to", "ct2", "--model", str(model_dir), "--out", str(tmp_path / "ct2")]) == 0
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    val, de = corpus[2], corpus[1]
+    src_tokens = [vocabs.src.pieces(vocabs.src.encode(s)) for s in val]
+    results = translator.translate_batch(src_tokens, beam_size=1, max_decoding_length=39)
+    for sentence, result in zip(val, results):
+        assert vocabs.tgt.sp.piece_to_id(result.hypotheses[0]) == greedy(model, vocabs.src.encode(sentence))
+
+    # teacher-forced log-probabilities of given targets, token by token
+    tgt_ids = [vocabs.tgt.encode(s) for s in de[:6]]
+    scored = translator.score_batch(src_tokens[:6], [vocabs.tgt.pieces(t) for t in tgt_ids])
+    for i, (ids, res) in enumerate(zip(tgt_ids, scored)):
+        with torch.no_grad():
+            logp = model(torch.tensor([vocabs.src.encode(val[i]) + [3]]), torch.tensor([[2] + ids]))
+        logp = logp.log_softmax(-1)[0]  # (T, V)
+        expect = logp[torch.arange(len(ids) + 1), torch.tensor(ids + [3])]
+        assert torch.allclose(torch.tensor(res.log_probs), expect, atol=1e-4)
+
+
+def test_ctranslate2_int8_export_runs(fitted, corpus, tmp_path):
+    _, vocabs, model_dir = fitted
+    out = tmp_path / "ct2-int8"
+    assert main(["export", "--to", "ct2", "--model", str(model_dir), "--out", str(out),
+                 "--quantization", "int8"]) == 0
+    assert (out / "model.bin").stat().st_size < (Path(model_dir) / "model.safetensors").stat().st_size
+    translator = ctranslate2.Translator(str(out), device="cpu", compute_type="int8", intra_threads=1)
+    result = translator.translate_batch([vocabs.src.pieces(vocabs.src.encode(corpus[2][0]))], beam_size=2)
+    assert result[0].hypotheses[0]
+
+
+def test_bad_inputs_are_named(fitted, tmp_path, capsys):
+    model, vocabs, model_dir = fitted
+    export_marian(model, vocabs, tmp_path / "hf")
+    (tmp_path / "hf" / "source.spm").unlink()
+    with pytest.raises(FileNotFoundError, match="source.spm"):
+        import_marian(tmp_path / "hf")
+
+    export_marian(model, vocabs, tmp_path / "hf2")
+    cfg = json.loads((tmp_path / "hf2" / "config.json").read_text())
+    (tmp_path / "hf2" / "config.json").write_text(json.dumps({**cfg, "encoder_ffn_dim": 128,
+                                                               "decoder_ffn_dim": 128}))
+    with pytest.raises(ConfigError, match="model.safetensors.*shape"):
+        import_marian(tmp_path / "hf2")
+    (tmp_path / "hf2" / "config.json").write_text(json.dumps({**cfg, "activation_function": "gelu"}))
+    with pytest.raises(ConfigError, match="activation_function"):
+        import_marian(tmp_path / "hf2")
+    (tmp_path / "hf2" / "config.json").write_text("{not json")
+    assert main(["import", str(tmp_path / "hf2"), "--out", str(tmp_path / "x")]) == 2
+    assert "config.json" in capsys.readouterr().err
+
+    prenorm = Transformer(ModelConfig(**{**model.config.to_dict(), "norm": "pre"}))
+    with pytest.raises(ConfigError, match="'norm'"):
+        export_marian(prenorm, vocabs, tmp_path / "hf3")
+    assert not any(p.suffix in (".bin", ".pt", ".pth", ".pkl") for p in (tmp_path / "hf").iterdir())
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+
+
+def test_fitted_model_is_not_degenerate(fitted, corpus):
+    """Greedy outputs must differ between inputs, or the equality tests above would prove little."""
+    model, vocabs, _ = fitted
+    outs = {tuple(greedy(model, vocabs.src.encode(s))) for s in corpus[2][:12]}
+    assert len(outs) >= 6
