@@ -1,0 +1,93 @@
+"""Every error before training starts names the file, key or path at fault."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from transduce.cli import main as cli_main
+from transduce.config import ConfigError
+from transduce.train.cli import preflight
+from transduce.train.config import TrainConfig, load_config
+
+from test_train_run import data_dir, write_config  # noqa: F401  (module-scoped real Multi30k slice)
+
+
+def error_of(capsys, *argv) -> str:
+    assert cli_main(["train", *map(str, argv)]) == 2
+    return capsys.readouterr().err
+
+
+def test_unknown_train_key_is_named_with_a_suggestion(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text('[train]\ndata = "d"\nout = "o"\nmax_token = 10\n')
+    err = error_of(capsys, path)
+    assert "c.toml [train]" in err and "'max_token'" in err and "did you mean 'max_tokens'" in err
+
+
+def test_unknown_override_and_bad_values_are_named(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[train]\ndata = "d"\nout = "o"\n[model]\npreset = "tiny"\n')
+    with pytest.raises(ConfigError, match="'warmpu'.*did you mean 'warmup'"):
+        load_config(path, ["warmpu=10"])
+    with pytest.raises(ConfigError, match="key 'dtype' must be one of"):
+        load_config(path, ["dtype=fp8"])
+    with pytest.raises(ConfigError, match="key 'update_freq': must be at least 1"):
+        load_config(path, ["update_freq=0"])
+    with pytest.raises(ConfigError, match="key 'adam_betas'"):
+        load_config(path, ["adam_betas=[0.9]"])
+    cfg, model = load_config(path, ["max_steps=7", "model.dropout=0.2"])
+    assert cfg.max_steps == 7 and model == {"preset": "tiny", "dropout": 0.2}
+    path.write_text('[train]\ndata = "d"\nout = "o"\n[optim]\nlr = 1\n')
+    with pytest.raises(ConfigError, match=r"unknown table \[optim\]"):
+        load_config(path)
+
+
+def test_paper_defaults():
+    cfg = TrainConfig(data="d", out="o")
+    assert (cfg.adam_betas, cfg.adam_eps, cfg.schedule, cfg.warmup) == ([0.9, 0.98], 1e-9, "rsqrt", 4000)
+
+
+def test_missing_data_directory_is_named(tmp_path, capsys):
+    config = write_config(tmp_path / "c.toml", tmp_path / "nowhere", tmp_path / "run")
+    err = error_of(capsys, config)
+    assert "key 'data'" in err and str(tmp_path / "nowhere") in err
+
+
+def test_vocabulary_that_does_not_match_the_config_is_named(data_dir, tmp_path, capsys):  # noqa: F811
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
+    err = error_of(capsys, config, "--set", "model.vocab_size=8000")
+    assert "'vocab_size' = 8000" in err and "500" in err and "[model]" in err
+    err = error_of(capsys, config, "--set", "model.tie_embeddings=\"all\"", "--set", "model.tgt_vocab_size=400")
+    assert "tgt_vocab_size" in err
+
+
+def test_unwritable_output_directory_is_named(data_dir, tmp_path, capsys):  # noqa: F811
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    config = write_config(tmp_path / "c.toml", data_dir, blocker / "run")
+    err = error_of(capsys, config)
+    assert "key 'out'" in err and str(blocker / "run") in err
+
+
+def test_missing_model_key_and_bad_preset_are_named(data_dir, tmp_path, capsys):  # noqa: F811
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
+    err = error_of(capsys, config, "--set", "model.d_modle=64")
+    assert "'d_modle'" in err and "did you mean 'd_model'" in err
+
+
+def test_fp16_without_cuda_is_refused(data_dir, tmp_path, capsys):  # noqa: F811
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: fp16 is allowed")
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
+    err = error_of(capsys, config, "--set", "dtype=\"fp16\"")
+    assert "key 'dtype'" in err and "CUDA" in err
+
+
+def test_preflight_returns_vocab_sizes_from_the_data(data_dir, tmp_path):  # noqa: F811
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
+    cfg, model_cfg, data = preflight(Path(config), [], resume=False)
+    assert model_cfg.vocab_size == len(data.vocabs.src) == 500 and model_cfg.d_model == 64
