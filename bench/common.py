@@ -1,0 +1,106 @@
+"""Shared pieces of the benchmark harness: machine description, threads, alternating timing, GEMM peak.
+
+Not part of the package and not collected by pytest (``testpaths = ["tests"]``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+
+
+def machine() -> str:
+    """lscpu's model name and the core count, e.g. ``AMD EPYC (2 cores)``."""
+    name = platform.processor() or platform.machine()
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return f"{name} ({os.cpu_count()} cores)"
+
+
+def load_average() -> str:
+    """The 1-minute load average: a shared machine shows it here."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "n/a"
+
+
+def set_threads(n: int) -> None:
+    torch.set_num_threads(n)
+
+
+@dataclass
+class Timings:
+    """Seconds of each timed run, per contender name, in the order they ran."""
+
+    runs: dict[str, list[float]] = field(default_factory=dict)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.runs[name])
+
+    def spread(self, name: str) -> float:
+        """(max - min) / median: how noisy the runs of one contender were."""
+        r = self.runs[name]
+        return (max(r) - min(r)) / statistics.median(r)
+
+
+def alternate(contenders: dict[str, Callable[[], None]], repeats: int, warmup: int = 1) -> Timings:
+    """Time each contender ``repeats`` times, interleaved A B A B ... after ``warmup`` untimed calls each.
+
+    Interleaving spreads the load of other processes on a shared machine over all contenders alike.
+    """
+    for fn in contenders.values():
+        for _ in range(warmup):
+            fn()
+    timings = Timings({name: [] for name in contenders})
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            t0 = time.perf_counter()
+            fn()
+            timings.runs[name].append(time.perf_counter() - t0)
+    return timings
+
+
+def gemm_peak(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0) -> float:
+    """FLOP/s of an (n, n) @ (n, n) matmul in ``dtype`` on the current threads: best of ~``seconds``."""
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    for _ in range(3):
+        torch.mm(a, b)
+    best, deadline = float("inf"), time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def human(x: float, unit: str = "") -> str:
+    """3 significant figures with k/M/G/T."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{prefix}{unit}"
+    return f"{x:.3g}{unit}"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
