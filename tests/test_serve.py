@@ -1,0 +1,210 @@
+"""The HTTP server: served output equals offline output under concurrency, limits, timeouts, shutdown.
+
+Live tests bind uvicorn to 127.0.0.1 on a free port; limit tests use FastAPI's in-process client.
+All use the trained ``tiny_model_dir`` fixture (tests/conftest.py).
+"""
+
+import json
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+httpx = pytest.importorskip("httpx", reason="server tests need httpx")
+uvicorn = pytest.importorskip("uvicorn", reason="server tests need uvicorn (the serve extra)")
+pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from conftest import read_multi30k  # noqa: E402
+from transduce.api import load  # noqa: E402
+from transduce.cli import main  # noqa: E402
+from transduce.serve import server as srv  # noqa: E402
+from transduce.serve.server import Settings, create_app  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_model_dir):
+    return load(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def sentences():
+    return read_multi30k("val", "en", 40)
+
+
+class Slow:
+    """A translator that takes ``delay`` seconds longer per batch (for timeouts and shutdown)."""
+
+    def __init__(self, inner, delay):
+        self.inner, self.delay = inner, delay
+        self.vocabs, self.config, self.meta = inner.vocabs, inner.config, inner.meta
+
+    def translate(self, *args, **kwargs):
+        time.sleep(self.delay)
+        return self.inner.translate(*args, **kwargs)
+
+
+class Live:
+    """uvicorn on 127.0.0.1 in a thread, on a free port."""
+
+    def __init__(self, app):
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "server did not start"
+            time.sleep(0.01)
+        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
+        assert host == "127.0.0.1"
+        self.url = f"http://{host}:{port}"
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+def test_concurrent_clients_get_offline_translations(translator, sentences):
+    """6 clients × 5 requests of 1–3 sentences, beams 1 and 4 mixed: no errors, output = offline."""
+    app = create_app(translator, Settings(wait_ms=20))
+    live = Live(app)
+    rng = random.Random(0)
+    plan = [[(rng.sample(sentences, rng.randint(1, 3)), rng.choice([1, 4])) for _ in range(5)] for _ in range(6)]
+
+    def client(requests):
+        with httpx.Client(base_url=live.url, timeout=60) as c:
+            out = []
+            for text, beam in requests:
+                r = c.post("/translate", json={"text": text, "beam": beam})
+                out.append((r.status_code, r.json()))
+            return out
+
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(client, plan))
+        health = httpx.get(live.url + "/health").json()
+    finally:
+        live.stop()
+    for requests, replies in zip(plan, answers):
+        for (text, beam), (status, body) in zip(requests, replies):
+            assert status == 200, body
+            assert body["translations"] == translator.translate(text, beam=beam)
+    assert health["requests"] == 30
+    assert health["batches"] < 30 and health["max_requests_in_batch"] > 1  # requests were batched together
+
+
+def test_scores_nbest_and_empty_lines(translator, sentences):
+    with TestClient(create_app(translator)) as c:
+        r = c.post("/translate", json={"text": sentences[:3] + [""], "beam": 4, "nbest": 2, "return_scores": True})
+        assert r.status_code == 200
+        offline = translator.translate(sentences[:3] + [""], beam=4, nbest=2, return_scores=True)
+        got = r.json()["translations"]
+        assert [[h["text"] for h in hyps] for hyps in got] == [[h.text for h in hyps] for hyps in offline]
+        assert [[(h["score"], h["logprob"]) for h in hyps] for hyps in got] == \
+            [[(h.score, h.logprob) for h in hyps] for hyps in offline]  # floats survive JSON exactly
+        assert got[3][0]["text"] == ""
+        assert c.post("/translate", json={"text": []}).json() == {"translations": []}
+
+
+def test_limits_answer_with_status_and_field(translator):
+    settings = Settings(max_sentences=3, max_chars=50, max_body=2000, max_beam=8)
+    with TestClient(create_app(translator, settings)) as c:
+        def post(body, raw=None):
+            if raw is not None:
+                return c.post("/translate", content=raw, headers={"content-type": "application/json"})
+            return c.post("/translate", json=body)
+
+        cases = [
+            ({"text": ["a"] * 4}, 413, "'text': 4 sentences exceed the limit of 3"),
+            ({"text": ["ok", "x" * 51]}, 413, "'text.1': 51 characters exceed the limit of 50"),
+            ({"text": ["a"], "beam": 9}, 422, "'beam': must be between 1 and 8"),
+            ({"text": ["a"], "beam": 2, "nbest": 3}, 422, "'nbest'"),
+            ({"text": ["a"], "beam": "4"}, 422, "'beam'"),
+            ({"text": "a dog"}, 422, "'text'"),
+            ({"text": ["a", 3]}, 422, "'text.1'"),
+            ({"txt": ["a"]}, 422, "'txt'"),
+            ({"text": ["a"], "alpha": -1.0}, 422, "'alpha'"),
+        ]
+        for body, status, phrase in cases:
+            r = post(body)
+            assert r.status_code == status and phrase in r.json()["detail"], (body, r.json())
+        r = post(None, raw=b'{"text": ["a dog"')
+        assert r.status_code == 400 and "malformed JSON" in r.json()["detail"]
+        r = post(None, raw=json.dumps({"text": ["a" * 40] * 60}).encode())
+        assert r.status_code == 413 and "2000 bytes" in r.json()["detail"]
+
+        def chunks():  # no Content-Length: the streamed body is counted
+            for _ in range(30):
+                yield b" " * 100
+        r = c.post("/translate", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413
+
+    long_settings = Settings(max_chars=10_000)
+    with TestClient(create_app(translator, long_settings)) as c:
+        too_long = " ".join(["dog"] * (translator.config.max_positions + 5))
+        r = c.post("/translate", json={"text": ["fine", too_long]})
+        assert r.status_code == 413 and "'text.1'" in r.json()["detail"] and "max_positions" in r.json()["detail"]
+
+
+def test_timeout_is_504_and_the_server_keeps_working(translator, sentences):
+    with TestClient(create_app(Slow(translator, 0.6), Settings(timeout=0.2))) as c:
+        r = c.post("/translate", json={"text": sentences[:1]})
+        assert r.status_code == 504 and "0.2 s" in r.json()["detail"]
+    with TestClient(create_app(Slow(translator, 0.05), Settings(timeout=30))) as c:
+        assert c.post("/translate", json={"text": sentences[:1]}).status_code == 200
+
+
+def test_graceful_shutdown_finishes_in_flight_requests(translator, sentences):
+    app = create_app(Slow(translator, 1.0))
+    live = Live(app)
+    result = {}
+
+    def request():
+        result["r"] = httpx.post(live.url + "/translate", json={"text": sentences[:2], "beam": 2}, timeout=30)
+
+    t = threading.Thread(target=request)
+    t.start()
+    deadline = time.monotonic() + 10
+    while app.state.batcher.pending == 0:  # wait until the request is queued or running
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    live.stop()  # like SIGTERM: stop accepting, finish what is in flight
+    t.join(10)
+    assert result["r"].status_code == 200
+    assert result["r"].json()["translations"] == translator.translate(sentences[:2], beam=2)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(live.url + "/health", timeout=2)
+
+
+def test_health_and_openapi(translator):
+    with TestClient(create_app(translator, name="tiny")) as c:
+        health = c.get("/health").json()
+        assert health["status"] == "ok" and health["model"] == "tiny" and health["src_lang"] == "en"
+        spec = c.get("/openapi.json").json()
+        schema = spec["components"]["schemas"]["TranslateRequest"]
+        assert set(schema["properties"]) == {"text", "beam", "nbest", "alpha", "return_scores"}
+        assert "413" in spec["paths"]["/translate"]["post"]["responses"]
+
+
+def test_cli_binds_localhost_by_default_and_checks_settings(tiny_model_dir, capsys, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw))
+    assert main(["serve", "--model", str(tiny_model_dir), "--threads", "1"]) == 0
+    assert seen["host"] == "127.0.0.1" and seen["port"] == 8080
+    torch.set_num_threads(1)
+    assert main(["serve", "--model", str(tiny_model_dir), "--max-sentences", "0"]) == 2
+    assert "--max-sentences" in capsys.readouterr().err
+    assert srv.Settings().max_batch_requests > 1
