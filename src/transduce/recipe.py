@@ -1,0 +1,267 @@
+"""``transduce recipe CONFIG.toml``: prepare → train → average → evaluate, driven by one TOML file.
+
+    [recipe]    out = "runs/multi30k-en-de"        # everything goes under this directory
+    [prepare]   corpus, src, tgt, raw | download, vocab_size ... (the flags of `transduce prepare`)
+    [train]     TrainConfig keys (data and out are filled in from the recipe)
+    [model]     ModelConfig keys or a preset
+    [average]   last = 5                           # the paper averages the last 5 (base) / 20 (big)
+    [evaluate]  splits, beam, alpha, ...
+
+``--set section.key=value`` overrides any key. The averaged model and the trainer's own final model
+(best by validation BLEU) are both scored on the validation split; the better one is the recipe's model,
+and only that one is scored on the test splits (the choice never looks at test data). Results go to
+OUT/results.json and are printed as a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import ConfigError, build, check, parse_override, read_toml, to_toml_text
+
+
+@dataclass
+class RecipeSection:
+    out: str = ""
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        check(bool(self.out), "out", "must name the recipe's output directory")
+
+
+@dataclass
+class PrepareSection:
+    corpus: str = "multi30k"
+    src: str = "en"
+    tgt: str = "de"
+    raw: str | None = None
+    download: bool = False
+    vocab_size: int = 8000
+    separate_vocab: bool = False
+    max_tokens_per_sentence: int | None = None
+    max_ratio: float | None = None
+    dedup: bool = False
+    cache_dir: str | None = None
+    out: str | None = None  # default: RECIPE_OUT/data
+
+    def __post_init__(self) -> None:
+        check(self.corpus in ("multi30k", "bible"), "corpus", f"must be 'multi30k' or 'bible', got {self.corpus!r}")
+        check(self.vocab_size >= 8, "vocab_size", f"must be at least 8, got {self.vocab_size}")
+
+    def argv(self, out: Path) -> list[str]:
+        argv = ["prepare", self.corpus, "--src", self.src, "--tgt", self.tgt, "--out", str(out),
+                "--vocab-size", str(self.vocab_size)]
+        if self.raw:
+            argv += ["--raw", self.raw]
+        if self.download:
+            argv.append("--download")
+        if self.cache_dir:
+            argv += ["--cache-dir", self.cache_dir]
+        for flag, value in (("--max-tokens-per-sentence", self.max_tokens_per_sentence),
+                            ("--max-ratio", self.max_ratio)):
+            if value is not None:
+                argv += [flag, str(value)]
+        argv += ["--separate-vocab"] * self.separate_vocab + ["--dedup"] * self.dedup
+        return argv
+
+
+@dataclass
+class AverageSection:
+    last: int = 5
+
+    def __post_init__(self) -> None:
+        check(self.last >= 0, "last", f"must be non-negative (0 = no averaging), got {self.last}")
+
+
+@dataclass
+class EvaluateSection:
+    valid_split: str = "valid"
+    test_splits: list[str] = field(default_factory=lambda: ["test"])
+    beam: int = 4
+    alpha: float = 0.6
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    dtype: str = "fp32"
+
+    def __post_init__(self) -> None:
+        check(self.beam >= 1, "beam", f"must be at least 1, got {self.beam}")
+        check(self.dtype in ("fp32", "bf16"), "dtype", f"must be 'fp32' or 'bf16', got {self.dtype!r}")
+
+
+SECTIONS = {"recipe": RecipeSection, "prepare": PrepareSection, "average": AverageSection,
+            "evaluate": EvaluateSection}
+PASSED_ON = ("train", "model")  # validated by `transduce train`
+
+
+@dataclass
+class Recipe:
+    path: Path
+    recipe: RecipeSection
+    prepare: PrepareSection
+    average: AverageSection
+    evaluate: EvaluateSection
+    train: dict[str, Any]
+    model: dict[str, Any]
+
+    @property
+    def out(self) -> Path:
+        return Path(self.recipe.out)
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.prepare.out) if self.prepare.out else self.out / "data"
+
+
+def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
+    path = Path(path)
+    raw = read_toml(path)
+    for text in overrides:
+        key, value = parse_override(text)
+        if "." not in key:
+            raise ConfigError(f"override {text!r}: name the section, e.g. train.max_minutes=5")
+        section, name = key.split(".", 1)
+        if section not in (*SECTIONS, *PASSED_ON):
+            raise ConfigError(f"override {text!r}: unknown section {section!r}")
+        raw.setdefault(section, {})[name] = value
+    for section in raw:
+        if section not in (*SECTIONS, *PASSED_ON):
+            raise ConfigError(f"{path}: unknown table [{section}] (expected {', '.join((*SECTIONS, *PASSED_ON))})")
+    built = {name: build(cls, dict(raw.get(name, {})), where=f"{path} [{name}]") for name, cls in SECTIONS.items()}
+    return Recipe(path, **built, train=dict(raw.get("train", {})), model=dict(raw.get("model", {})))
+
+
+def write_train_config(recipe: Recipe) -> Path:
+    """RECIPE_OUT/train.toml: the [train] and [model] tables with the recipe's paths and seed."""
+    train = {"seed": recipe.recipe.seed, **recipe.train, "data": str(recipe.data_dir),
+             "out": str(recipe.out / "run")}
+    path = recipe.out / "train.toml"
+    path.write_text(to_toml_text({"train": train, "model": recipe.model}))
+    return path
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__}
+
+
+def run_recipe(recipe: Recipe, resume: bool = False) -> dict[str, Any]:
+    from .api import load
+    from .cli import main as cli
+    from .data import PreparedData
+    from .evaluate import evaluate_model
+    from .train.average import average
+
+    recipe.out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"recipe": str(recipe.path), "machine": machine(), "seed": recipe.recipe.seed}
+    _stage("prepare", " ".join(recipe.prepare.argv(recipe.data_dir)))
+    if cli(recipe.prepare.argv(recipe.data_dir)) != 0:
+        raise RuntimeError("transduce prepare failed (its message is above)")
+    train_toml = write_train_config(recipe)
+    _stage("train", f"transduce train {train_toml}" + (" --resume" if resume else ""))
+    start = time.perf_counter()
+    if cli(["train", str(train_toml)] + (["--resume"] if resume else [])) != 0:
+        raise RuntimeError("transduce train failed (its message is above)")
+    results["train_wall_s"] = round(time.perf_counter() - start, 1)
+    results["train"] = _train_summary(recipe.out / "run")
+
+    candidates = {"final": recipe.out / "run" / "model"}
+    if recipe.average.last > 1:
+        _stage("average", f"transduce average {recipe.out / 'run'} --last {recipe.average.last}")
+        candidates["averaged"] = average(recipe.out / "run", recipe.average.last, recipe.out / "averaged")
+
+    data = PreparedData.open(recipe.data_dir)
+    ev = recipe.evaluate
+    decode = dict(beam=ev.beam, alpha=ev.alpha, max_len_a=ev.max_len_a, max_len_b=ev.max_len_b)
+    scores: dict[str, dict[str, Any]] = {}
+    for name, directory in candidates.items():
+        _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {ev.alpha})")
+        translator = load(directory, dtype=ev.dtype)
+        scores[name] = {ev.valid_split: _score(evaluate_model, translator, data, ev.valid_split, decode)}
+    chosen = max(scores, key=lambda n: scores[n][ev.valid_split]["bleu"])
+    translator = load(candidates[chosen], dtype=ev.dtype)
+    for split in ev.test_splits:
+        _stage("evaluate", f"{chosen} model on {split}")
+        scores[chosen][split] = _score(evaluate_model, translator, data, split, decode, recipe.out / f"{split}.hyp")
+    model_dir = recipe.out / "model"
+    shutil.rmtree(model_dir, ignore_errors=True)
+    shutil.copytree(candidates[chosen], model_dir)
+    results.update({"chosen": chosen, "model": str(model_dir), "scores": scores, "decode": decode,
+                    "dtype": recipe.train.get("dtype", "fp32")})
+    (recipe.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _score(evaluate_model, translator, data, split: str, decode: dict, hyp_path: Path | None = None) -> dict:
+    ids = data.split(split)
+    sources = [ids.src_text(i) for i in range(len(ids))]
+    refs = [ids.tgt_text(i) for i in range(len(ids))]
+    start = time.perf_counter()
+    result = evaluate_model(translator, sources, refs, lang=data.manifest["tgt_lang"], **decode)
+    result["decode_wall_s"] = round(time.perf_counter() - start, 1)
+    hyps = result.pop("hypotheses")
+    if hyp_path is not None:
+        hyp_path.write_text("".join(h + "\n" for h in hyps))
+    return {k: v for k, v in result.items() if not k.endswith("_detail")}
+
+
+def _train_summary(run_dir: Path) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    path = run_dir / "metrics.jsonl"
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("kind") == "end":
+                summary.update({k: record[k] for k in ("step", "reason", "weights") if k in record})
+    return summary
+
+
+def _stage(name: str, what: str) -> None:
+    print(f"\n== {name}: {what}", flush=True)
+
+
+def results_table(results: dict[str, Any]) -> str:
+    rows = ["| model | split | tok-lc BLEU | sacreBLEU | chrF | ref. ppl | decode s |", "|---|---|---|---|---|---|---|"]
+    for name, splits in results["scores"].items():
+        for split, s in splits.items():
+            rows.append(f"| {name} | {split} | {s['tok_lc_bleu']:.2f} | {s['bleu']:.2f} | {s['chrf']:.2f} | "
+                        f"{s.get('ref_perplexity', float('nan')):.2f} | {s['decode_wall_s']} |")
+    return "\n".join(rows)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", type=Path, help="a recipe TOML file (see configs/)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a key")
+    p.add_argument("--resume", action="store_true", help="continue the run's training from its last checkpoint")
+
+
+def run(args: argparse.Namespace) -> int:
+    recipe = load_recipe(args.config, args.set)
+    results = run_recipe(recipe, resume=args.resume)
+    m = results["machine"]
+    print(f"\n{results_table(results)}\n")
+    print(f"chosen on {recipe.evaluate.valid_split}: {results['chosen']}; training {results['train_wall_s']} s "
+          f"wall-clock, {results['train'].get('step', '?')} updates; {m['cpu']}, {m['threads']} threads, "
+          f"{results['dtype']}, seed {results['seed']}")
+    print(f"model: {results['model']}   results: {recipe.out / 'results.json'}")
+    sig = next(iter(next(iter(results["scores"].values())).values()))
+    print(f"sacreBLEU signature: {sig['bleu_signature']}")
+    return 0
+
+
+
