@@ -1,7 +1,7 @@
 """Export to HuggingFace MarianMT and CTranslate2, import from MarianMT: same numbers on both sides.
 
-The model is a tiny Transformer briefly fitted on Multi30k pairs (so greedy outputs vary
-with the input), with a BPE vocabulary trained on the same lines.
+The model is conftest's ``tiny_model_dir`` (trained on Multi30k, so greedy outputs vary with
+the input); separate-vocabulary cases use randomly initialised models.
 """
 
 import gzip
@@ -19,7 +19,7 @@ from transduce.data.vocab import Vocab, Vocabs
 from transduce.interop import marian
 from transduce.interop.marian import export_marian, import_marian
 from transduce.model import ModelConfig, Transformer
-from transduce.modeldir import load_model_dir, save_model_dir
+from transduce.modeldir import load_model_dir
 
 DATA = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
 transformers = pytest.importorskip("transformers", reason="interop tests need transformers (the interop extra)")
@@ -54,26 +54,10 @@ def pad(rows: list[list[int]]) -> torch.Tensor:
 
 
 @pytest.fixture(scope="module")
-def fitted(corpus, tmp_path_factory):
-    """(model, vocabs, model_dir): tiny, shared vocabulary, 80 Adam steps on 32 pairs."""
-    en, de, _ = corpus
-    vocab = Vocab.train(en + de, 400)
-    torch.manual_seed(0)
-    model = Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab), dropout=0.0))
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    src = pad([vocab.encode(s) + [3] for s in en[:32]])
-    tgt = pad([[2] + vocab.encode(s) + [3] for s in de[:32]])
-    for _ in range(80):
-        logits = model(src, tgt[:, :-1])  # (B, T, V)
-        loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), tgt[:, 1:], ignore_index=0)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    model.eval()
-    vocabs = Vocabs(vocab, vocab)
-    directory = save_model_dir(tmp_path_factory.mktemp("m") / "model", model, vocabs, {"src_lang": "en",
-                                                                                       "tgt_lang": "de"})
-    return model, vocabs, directory
+def fitted(tiny_model_dir):
+    """(model, vocabs, model_dir) of the trained tiny en->de model (tests/conftest.py)."""
+    model, vocabs, _ = load_model_dir(tiny_model_dir)
+    return model, vocabs, tiny_model_dir
 
 
 @torch.no_grad()
@@ -261,6 +245,15 @@ def test_bad_inputs_are_named(fitted, tmp_path, capsys):
                                                                "decoder_ffn_dim": 128}))
     with pytest.raises(ConfigError, match="model.safetensors.*shape"):
         import_marian(tmp_path / "hf2")
+    (tmp_path / "hf2" / "config.json").write_text(json.dumps({**cfg, "vocab_size": cfg["vocab_size"] + 5}))
+    with pytest.raises(ConfigError, match="model.safetensors.*vocab_size"):
+        import_marian(tmp_path / "hf2")
+    (tmp_path / "hf2" / "config.json").write_text(json.dumps(cfg))
+    vocab = json.loads((tmp_path / "hf2" / "vocab.json").read_text())
+    (tmp_path / "hf2" / "vocab.json").write_text(json.dumps({**vocab, "▁extra": len(vocab) + 10}))
+    with pytest.raises(ConfigError, match="vocab.json and the weights do not match"):
+        import_marian(tmp_path / "hf2")
+    (tmp_path / "hf2" / "vocab.json").write_text(json.dumps(vocab))
     (tmp_path / "hf2" / "config.json").write_text(json.dumps({**cfg, "activation_function": "gelu"}))
     with pytest.raises(ConfigError, match="activation_function"):
         import_marian(tmp_path / "hf2")
@@ -280,3 +273,64 @@ def test_fitted_model_is_not_degenerate(fitted, corpus):
     model, vocabs, _ = fitted
     outs = {tuple(greedy(model, vocabs.src.encode(s))) for s in corpus[2][:12]}
     assert len(outs) >= 6
+
+
+@pytest.mark.parametrize("tie", ["none", "target"])
+def test_separate_vocabularies_export_and_round_trip(corpus, tmp_path, tie):
+    """Separate source/target SentencePiece models (tie 'target' or 'none'): HF and CT2 agree, round trip exact."""
+    en, de, val = corpus
+    vocabs = Vocabs(Vocab.train(en, 300), Vocab.train(de, 350))
+    torch.manual_seed(1)
+    cfg = ModelConfig.preset("tiny", vocab_size=len(vocabs.src), tgt_vocab_size=len(vocabs.tgt), dropout=0.0,
+                             tie_embeddings=tie)
+    model = Transformer(cfg).eval()
+    export_marian(model, vocabs, tmp_path / "hf")
+    src = pad([vocabs.src.encode(s) + [3] for s in val[:4]])
+    tgt = pad([[2] + vocabs.tgt.encode(s) for s in de[:4]])
+    with torch.no_grad():
+        ours = model(src, tgt)
+    assert (ours - hf_logits(load_hf(tmp_path / "hf"), src, tgt)).abs().max() < 1e-4
+    tok = transformers.MarianTokenizer.from_pretrained(tmp_path / "hf")
+    assert tok(text_target=de[0])["input_ids"] == vocabs.tgt.encode(de[0]) + [3]
+
+    back, back_vocabs, _ = import_marian(tmp_path / "hf")
+    assert back.config == model.config and not back_vocabs.shared
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in back.state_dict().items())
+
+    from transduce.interop.ctranslate2 import export_ctranslate2
+
+    export_ctranslate2(model, vocabs, tmp_path / "ct2")
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    ids = vocabs.tgt.encode(de[0])
+    res = translator.score_batch([vocabs.src.pieces(vocabs.src.encode(val[0]))], [vocabs.tgt.pieces(ids)])[0]
+    logp = ours[0, : len(ids) + 1].log_softmax(-1)
+    assert torch.allclose(torch.tensor(res.log_probs), logp[torch.arange(len(ids) + 1), torch.tensor(ids + [3])],
+                          atol=1e-4)
+
+
+def test_test_file_translations_identical_across_toolkits(tiny_model_dir, tmp_path):
+    """Greedy fp32 translations of Multi30k test sentences by the trained tiny model: transduce's
+    Translator, the CTranslate2 export and the HF export give the same text (differences are counted)."""
+    from transduce.api import load
+
+    lines = read_lines("test_2016_flickr", "en", 40)
+    ours = load(tiny_model_dir).translate(lines, beam=1)
+    assert main(["export", "--to", "ct2", "--model", str(tiny_model_dir), "--out", str(tmp_path / "ct2")]) == 0
+    assert main(["export", "--to", "hf", "--model", str(tiny_model_dir), "--out", str(tmp_path / "hf")]) == 0
+    _, vocabs, _ = load_model_dir(tiny_model_dir)
+    ct2 = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    hf_model, tok = load_hf(tmp_path / "hf"), transformers.MarianTokenizer.from_pretrained(tmp_path / "hf")
+    ct2_text, hf_text = [], []
+    for line in lines:
+        ids = vocabs.src.encode(line)
+        limit = len(ids) + 1 + 50  # transduce's default maximum: (source + eos) + 50 tokens, its eos included
+        # CTranslate2's limit excludes eos; HF's max_new_tokens includes it (forced_eos_token_id)
+        res = ct2.translate_batch([vocabs.src.pieces(ids)], beam_size=1, max_decoding_length=limit - 1)[0]
+        ct2_text.append(vocabs.tgt.decode(vocabs.tgt.sp.piece_to_id(res.hypotheses[0])))
+        out = hf_model.generate(**tok([line], return_tensors="pt"), num_beams=1, do_sample=False,
+                                max_length=limit + 1)  # + the decoder start token
+        hf_text.append(tok.decode(out[0], skip_special_tokens=True))
+    differ_ct2 = sum(a != b for a, b in zip(ours, ct2_text))
+    differ_hf = sum(a != b for a, b in zip(ours, hf_text))
+    assert (differ_ct2, differ_hf) == (0, 0), list(zip(ours, ct2_text, hf_text))
+    assert len(set(ours)) > 30

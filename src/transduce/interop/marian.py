@@ -174,6 +174,10 @@ def from_marian_state(hf: dict[str, torch.Tensor], cfg: ModelConfig, rows_src: t
     shared = "model.shared.weight" in hf
     src = get("model.shared.weight" if shared else "model.encoder.embed_tokens.weight")
     tgt = get("model.shared.weight" if shared else "model.decoder.embed_tokens.weight")
+    for side, table, rows in (("source", src, rows_src), ("target", tgt, rows_tgt)):
+        if int(rows.max()) >= table.size(0):
+            raise ConfigError(f"{where}: the {side} vocabulary has id {int(rows.max())} but the embedding "
+                              f"has {table.size(0)} rows (vocab.json and the weights do not match)")
     ours["src_embed.token.weight"] = _permute(src.index_select(0, rows_src), "in", inv)
     ours["tgt_embed.token.weight"] = _permute(tgt.index_select(0, rows_tgt), "in", inv)
     ours["generator.weight"] = ours["tgt_embed.token.weight"]
@@ -238,6 +242,8 @@ def export_marian(model: Transformer, vocabs: Vocabs, out: str | Path, meta: dic
     _write_json(out / "vocab.json", _piece_ids(vocabs.src))
     if separate:
         _write_json(out / "target_vocab.json", _piece_ids(vocabs.tgt))
+    else:
+        (out / "target_vocab.json").unlink(missing_ok=True)  # left by an earlier export into ``out``
     meta = meta or {}
     tokenizer = {"tokenizer_class": "MarianTokenizer", "source_lang": meta.get("src_lang"),
                  "target_lang": meta.get("tgt_lang"), "unk_token": SPECIALS["unk"], "eos_token": SPECIALS["eos"],
@@ -398,7 +404,12 @@ def import_marian(hf_dir: str | Path) -> tuple[Transformer, Vocabs, dict[str, An
     weights = hf_dir / WEIGHTS
     if not weights.is_file():
         raise FileNotFoundError(f"{weights}: missing (transduce imports safetensors weights only, never pickles)")
-    state = from_marian_state(load_file(str(weights)), cfg, src_rows, tgt_rows, str(weights))
+    tensors = load_file(str(weights))
+    embedding = tensors.get("model.shared.weight", tensors.get("model.encoder.embed_tokens.weight"))
+    if embedding is not None and embedding.size(0) != hf_cfg["vocab_size"]:
+        raise ConfigError(f"{weights}: the embedding has {embedding.size(0)} rows but "
+                          f"{hf_dir / 'config.json'} says vocab_size={hf_cfg['vocab_size']}")
+    state = from_marian_state(tensors, cfg, src_rows, tgt_rows, str(weights))
     model = Transformer(cfg)
     expected = set(model.state_dict())
     missing = sorted(expected - set(state))

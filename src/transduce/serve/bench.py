@@ -4,7 +4,7 @@
 
 Starts ``transduce serve`` twice as a subprocess on 127.0.0.1 (dynamic batching on, then
 ``--max-batch-requests 1``), sends ``clients`` × ``requests`` one-sentence requests from
-concurrent client threads, checks every answer against the first run's, and prints
+concurrent client threads, checks every answer against offline ``Translator.translate``, and prints
 sentences/s and p50/p95 request latency for each mode.
 """
 
@@ -88,7 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     with opener(args.sentences, "rt", encoding="utf-8") as f:
         texts = [line.strip() for line in f if line.strip()]
     modes = {"batched": [], "one-at-a-time": ["--max-batch-requests", "1", "--wait-ms", "0"]}
-    reference = None
+    import torch
+
+    from ..api import load
+
+    torch.set_num_threads(args.threads)
+    jobs = [texts[(c * args.requests + r) % len(texts)] for c in range(args.clients) for r in range(args.requests)]
+    reference = load(args.model).translate(jobs, beam=args.beam)  # offline, in the order the clients send
     print(f"{args.clients} clients x {args.requests} requests, 1 sentence each, beam {args.beam}, "
           f"server threads {args.threads}, cpus {os.cpu_count()}")
     for name, extra in modes.items():
@@ -99,12 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             proc.terminate()
             proc.wait(60)
-        if reference is None:
-            reference = outputs
         same = sum(a == b for a, b in zip(reference, outputs))
         print(f"{name:>14}: {stats['sent_per_s']:.1f} sent/s, p50 {stats['p50_ms']:.0f} ms, "
               f"p95 {stats['p95_ms']:.0f} ms, {stats['batches']} batches (max {stats['max_requests_in_batch']} "
-              f"requests), outputs equal to batched run: {same}/{len(outputs)}")
+              f"requests), equal to offline translate: {same}/{len(outputs)}")
     return 0
 
 
