@@ -334,3 +334,53 @@ def test_test_file_translations_identical_across_toolkits(tiny_model_dir, tmp_pa
     differ_hf = sum(a != b for a, b in zip(ours, hf_text))
     assert (differ_ct2, differ_hf) == (0, 0), list(zip(ours, ct2_text, hf_text))
     assert len(set(ours)) > 30
+
+
+def test_import_of_opus_mt_with_two_sentencepiece_models(corpus, tmp_path):
+    """The usual OPUS-MT shape: source.spm and target.spm differ, one joint vocab.json, one shared matrix,
+    </s>=0, <unk>=1, <pad>=V-1 starting the decoder. Import gives two equal tables tied on the target side,
+    MarianTokenizer's ids, and MarianMT's logits."""
+    en, de, val = corpus
+    src_spm, tgt_spm = Vocab.train(en, 300), Vocab.train(de, 320)
+    src_pieces = [src_spm.sp.id_to_piece(i) for i in range(4, len(src_spm))]
+    tgt_pieces = [tgt_spm.sp.id_to_piece(i) for i in range(4, len(tgt_spm))]
+    joint = ["</s>", "<unk>"] + src_pieces + [p for p in tgt_pieces if p not in set(src_pieces)] + ["<pad>"]
+    V = len(joint)
+    out = tmp_path / "opus"
+    config = transformers.MarianConfig(
+        vocab_size=V, decoder_vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, encoder_attention_heads=4, decoder_attention_heads=4, activation_function="relu",
+        scale_embedding=True, pad_token_id=V - 1, eos_token_id=0, decoder_start_token_id=V - 1,
+        forced_eos_token_id=0, max_position_embeddings=256, dropout=0.0)
+    torch.manual_seed(0)
+    hf_model = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():
+        hf_model.model.shared.weight[V - 1] = 0.0  # Marian's pad/start row is zero
+    hf_model.save_pretrained(out)
+    src_spm.save(out / "source.spm")
+    tgt_spm.save(out / "target.spm")
+    (out / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(joint)}))
+    tok = transformers.MarianTokenizer(str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"))
+
+    model, vocabs, meta = import_marian(out)
+    assert model.config.tie_embeddings == "target" and not vocabs.shared
+    assert model.config.vocab_size == model.config.target_vocab_size == V + 1
+    assert torch.equal(model.src_embed.token.weight, model.tgt_embed.token.weight)
+    assert meta["spm_pieces_without_id"] == 0
+    marian_id = {i: joint.index(vocabs.src.sp.id_to_piece(i)) if i != 2 else V - 1 for i in range(V + 1)}
+    for sentence in val[:6]:
+        ours_src = vocabs.src.encode(sentence) + [3]
+        assert [marian_id[i] for i in ours_src] == tok(sentence)["input_ids"]
+    targets = [vocabs.tgt.encode(s) for s in de[:4]]
+    assert [[marian_id[i] for i in t] + [0] for t in targets] == tok(text_target=de[:4])["input_ids"]
+    src = [vocabs.src.encode(s) + [3] for s in val[:4]]
+    with torch.no_grad():
+        theirs = hf_model(input_ids=pad([[marian_id[i] for i in r] for r in src]),
+                          attention_mask=pad([[1] * len(r) for r in src]),
+                          decoder_input_ids=pad([[V - 1] + [marian_id[i] for i in t] for t in targets])).logits
+        mine = model(pad(src), pad([[2] + t for t in targets]))  # (B, T, V + 1)
+    cols = torch.tensor([marian_id[i] for i in range(V + 1) if i != 2])
+    keep = torch.tensor([i for i in range(V + 1) if i != 2])
+    for b, t in enumerate(targets):
+        n = len(t) + 1
+        assert (mine[b, :n][:, keep] - theirs[b, :n][:, cols]).abs().max() < 1e-4

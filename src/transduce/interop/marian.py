@@ -326,12 +326,14 @@ def reorder_spm(proto_bytes: bytes, order: list[str], where: str) -> tuple[bytes
     new = spm_pb2.ModelProto()
     new.CopyFrom(model)
     del new.pieces[:]
+    # Below every real score: BPE merges by score and would otherwise try an UNUSED piece first.
+    floor = min((p.score for p in model.pieces), default=0.0) - 1000.0
     for piece in order:
         p = new.pieces.add()
         if piece in old:
             p.CopyFrom(old[piece])
         else:
-            p.piece, p.score = piece, 0.0
+            p.piece, p.score = piece, floor
             p.type = spm_pb2.ModelProto.SentencePiece.UNUSED
         if piece in kinds and p.type != kinds[piece]:
             p.type = kinds[piece]
