@@ -233,8 +233,7 @@ def export_marian(model: Transformer, vocabs: Vocabs, out: str | Path, meta: dic
     save_file(to_marian_state(model), str(out / WEIGHTS), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(marian_config(cfg), indent=2) + "\n")
     generation = {"decoder_start_token_id": cfg.bos_id, "eos_token_id": cfg.eos_id, "pad_token_id": cfg.pad_id,
-                  "forced_eos_token_id": cfg.eos_id, "bad_words_ids": [[cfg.pad_id], [cfg.bos_id]],
-                  "max_length": cfg.max_positions, "num_beams": 4}
+                  "forced_eos_token_id": cfg.eos_id, "max_length": cfg.max_positions, "num_beams": 4}
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     vocabs.src.save(out / "source.spm")
     vocabs.tgt.save(out / "target.spm")
