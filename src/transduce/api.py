@@ -1,0 +1,35 @@
+"""The Python entry point: ``transduce.load(model_dir)`` returns a ready :class:`Translator`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .decode.ensemble import Ensemble
+from .decode.translator import DTYPES, Translator
+from .modeldir import load_model_dir
+
+
+def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str = "fp32",
+         ensemble: list[str | Path] | tuple = ()) -> Translator:
+    """Load a model directory (plus optional ``ensemble`` members) for translation.
+
+    ``dtype`` is ``"fp32"`` or ``"bf16"`` (weights and activations; scores are computed in fp32).
+    Ensemble members must have the same vocabularies as the first model.
+
+    >>> translator = load("runs/multi30k/model")            # doctest: +SKIP
+    >>> translator.translate(["A dog runs."], beam=4)        # doctest: +SKIP
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    model, vocabs, meta = load_model_dir(model_dir, device)
+    models = [model]
+    for other in ensemble:
+        m, v, _ = load_model_dir(other, device)
+        if v.src.proto != vocabs.src.proto or v.tgt.proto != vocabs.tgt.proto:
+            raise ValueError(f"{other}: ensemble member has a different vocabulary from {model_dir}")
+        models.append(m)
+    models = [m.to(DTYPES[dtype]) for m in models]
+    decoder = models[0] if len(models) == 1 else Ensemble(models)
+    return Translator(decoder, vocabs, device, meta)

@@ -1,0 +1,249 @@
+"""Search over a model's output distribution: greedy, beam search (§6.1) and sampling.
+
+All three take a *decoder* — a :class:`~transduce.model.Transformer` or an
+:class:`~transduce.decode.ensemble.Ensemble` — exposing ``encode(src)``,
+``init_cache(encoded, beam)``, ``decode_step(tokens, cache) -> logits`` and a cache with
+``reorder(rows, sentences, beam)``, and a batch ``src`` (B, S) of source ids + eos,
+right-padded. The encoder runs once per batch; the encoder–decoder keys/values once per
+sentence, shared by its beams; finished sentences leave the batch.
+
+Batch invariance. A sentence's translation must not depend on which other sentences
+share its batch. Two things in a batch can change float rounding: the padded source length
+(handled by the caller, who pads each sentence to a length that depends only on itself, see
+:mod:`~transduce.decode.translator`) and the number of decoder rows, because the CPU GEMM
+kernels pick another path for fewer than 4 rows and split odd row counts differently over
+threads. So the batch always holds a multiple of ``ROW_MULTIPLE`` sentences: when needed it
+is padded with *ghost* copies of its first sentence whose outputs are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+ROW_MULTIPLE = 4  # see the module docstring
+
+
+@dataclass
+class Hypothesis:
+    """One output: ``tokens`` without bos/eos, ``logprob`` = Σ log p(y_t | y_<t, x) including eos,
+    ``score`` = logprob / lp(|Y|) (the length-normalised score beam search ranks by)."""
+
+    tokens: list[int]
+    logprob: float
+    score: float
+
+
+@dataclass
+class SampleConfig:
+    """Sampling instead of search: temperature, then top-k, then nucleus (top-p) filtering."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0: no top-k filter
+    top_p: float = 1.0  # 1.0: no nucleus filter
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"sampling temperature must be > 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top-k must be >= 0, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016); |Y| counts the eos token."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> list[int]:
+    """Most output tokens (without eos) per sentence: a·|x| + b, |x| without eos, capped at ``limit``."""
+    src_len = (src != pad_id).sum(1) - 1  # (B,) tokens without eos
+    return [min(int(a * n + b), limit) for n in src_len.tolist()]
+
+
+@dataclass
+class _Batch:
+    """Which sentence sits in each slot of the decoder batch; ghosts pad the slot count."""
+
+    slots: list[int]  # sentence index (into the original batch) per slot, ghosts repeat slots[0]
+    real: int  # the first ``real`` slots are live sentences
+
+    @classmethod
+    def of(cls, sentences: list[int]) -> "_Batch":
+        return cls(sentences + [sentences[0]] * (-len(sentences) % ROW_MULTIPLE), len(sentences))
+
+
+def _start(model, src: Tensor, beam: int):
+    """Encode, build the cache with one row per sentence, pad the batch with ghosts."""
+    cache = model.init_cache(model.encode(src), 1)
+    batch = _Batch.of(list(range(src.size(0))))
+    if len(batch.slots) > batch.real:
+        idx = torch.tensor(batch.slots, device=src.device)
+        cache.reorder(idx, sentences=idx)
+    return cache, batch
+
+
+def _log_probs(model, tokens: Tensor, cache) -> Tensor:
+    return torch.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)  # (N, V)
+
+
+@torch.no_grad()
+def greedy(model, src: Tensor, alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
+           sample: SampleConfig | None = None, seeds: list[int] | None = None) -> list[Hypothesis]:
+    """Greedy decoding (or sampling when ``sample`` is given): one hypothesis per sentence.
+
+    ``seeds`` gives each sentence its own random stream (sampling), so a sample does not
+    depend on the batch; by default sentence i uses ``sample.seed + i`` (the translator passes
+    seed + input line number). ``alpha`` only affects the reported ``score``.
+    """
+    cfg = model.config
+    limits = max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions - 1)
+    cache, batch = _start(model, src, 1)
+    gens = None
+    if sample is not None:
+        seeds = seeds or [sample.seed + i for i in range(src.size(0))]
+        gens = [torch.Generator().manual_seed(s) for s in seeds]
+    out: list[list[int]] = [[] for _ in range(src.size(0))]
+    logprob = [0.0] * src.size(0)
+    done: dict[int, Hypothesis] = {}
+    tokens = torch.full((len(batch.slots),), cfg.bos_id, dtype=torch.long, device=src.device)
+    while True:
+        lp = _log_probs(model, tokens, cache)  # (N, V)
+        choice = lp.argmax(-1) if gens is None else _sample_rows(lp, sample, gens, batch)
+        chosen = choice.tolist()
+        step_lp = lp.gather(1, choice[:, None]).squeeze(1).tolist()
+        eos_lp = lp[:, cfg.eos_id].tolist()
+        keep = []
+        for slot in range(batch.real):
+            i = batch.slots[slot]
+            if len(out[i]) >= limits[i]:  # forced end at the length limit
+                chosen[slot], step_lp[slot] = cfg.eos_id, eos_lp[slot]
+            logprob[i] += step_lp[slot]
+            if chosen[slot] == cfg.eos_id:
+                done[i] = Hypothesis(out[i], logprob[i], logprob[i] / length_penalty(len(out[i]) + 1, alpha))
+            else:
+                out[i].append(chosen[slot])
+                keep.append(slot)
+        if not keep:
+            return [done[i] for i in range(src.size(0))]
+        if len(keep) < batch.real:
+            new = _Batch.of([batch.slots[s] for s in keep])
+            rows = torch.tensor(keep + [keep[0]] * (len(new.slots) - new.real), device=src.device)
+            cache.reorder(rows, sentences=rows)
+            batch = new
+        tokens = torch.tensor([out[i][-1] for i in batch.slots], dtype=torch.long, device=src.device)
+
+
+def _sample_rows(lp: Tensor, sample: SampleConfig, gens: list[torch.Generator], batch: _Batch) -> Tensor:
+    """Draw one token per live slot from the filtered, tempered distribution (ghost slots get 0)."""
+    logits = lp / sample.temperature  # (N, V)
+    if sample.top_k:
+        kth = logits.topk(min(sample.top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sample.top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (N, V)
+        probs = sorted_logits.softmax(-1)
+        drop = probs.cumsum(-1) - probs >= sample.top_p  # keep the smallest prefix reaching top_p
+        logits = logits.scatter(1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    probs = logits.softmax(-1).cpu()
+    picks = [0] * lp.size(0)
+    for slot in range(batch.real):
+        picks[slot] = int(torch.multinomial(probs[slot], 1, generator=gens[batch.slots[slot]]))
+    return torch.tensor(picks, device=lp.device)
+
+
+@dataclass
+class _Finished:
+    hyps: list[Hypothesis] = field(default_factory=list)
+
+    def add(self, hyp: Hypothesis) -> None:
+        self.hyps.append(hyp)
+        self.hyps.sort(key=lambda h: -h.score)
+
+
+@torch.no_grad()
+def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
+                max_len_b: int = 50, nbest: int = 1) -> list[list[Hypothesis]]:
+    """Beam search (§6.1: beam 4, α = 0.6, max length |x| + 50, early stopping).
+
+    Ranks by logprob / lp(|Y|). Each step keeps the k best live extensions out of the 2k best
+    candidates; an eos among the k best finishes a hypothesis. A sentence stops when it has
+    ``nbest`` finished hypotheses and no live beam can still beat the nbest-th of them (an exact
+    bound, so early stopping loses nothing). With α = 0 beam 1 equals greedy; with α > 0 beam 1
+    may keep extending after a finished hypothesis, since lp favours longer outputs.
+    Returns the ``nbest`` best hypotheses per sentence, best first.
+    """
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
+    cfg = model.config
+    B, dev = src.size(0), src.device
+    limits = max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions - 1)
+    cache, batch = _start(model, src, beam)
+    finished = [_Finished() for _ in range(B)]
+    scores = torch.zeros(len(batch.slots), 1, device=dev)  # (slots, rows per slot)
+    history = torch.empty(len(batch.slots), 1, 0, dtype=torch.long, device=dev)  # (slots, rows, t)
+    tokens = torch.full((len(batch.slots),), cfg.bos_id, dtype=torch.long, device=dev)
+    t = 0
+    while True:
+        rows = scores.size(1)
+        lp = _log_probs(model, tokens, cache).view(len(batch.slots), rows, -1)  # (slots, rows, V)
+        V = lp.size(-1)
+        forced = torch.tensor([limits[i] <= t for i in batch.slots], device=dev)  # (slots,)
+        eos_only = torch.full_like(lp[0, 0], float("-inf"))
+        eos_only[cfg.eos_id] = 0.0
+        lp = torch.where(forced[:, None, None], lp + eos_only, lp)
+        cand = (scores[:, :, None] + lp).view(len(batch.slots), rows * V)  # (slots, rows·V)
+        top_val, top_idx = cand.topk(min(2 * beam, rows * V), dim=-1)  # (slots, 2k)
+        top_val, top_idx = top_val.tolist(), top_idx.tolist()
+        keep_slots, next_rows, next_tok, next_scores = [], [], [], []
+        for slot in range(batch.real):
+            i = batch.slots[slot]
+            picked: list[tuple[int, int, float]] = []
+            for val, idx in zip(top_val[slot], top_idx[slot]):
+                if val == float("-inf") or len(picked) == beam:
+                    break
+                r, tok = divmod(idx, V)
+                if tok == cfg.eos_id:  # any of the 2k candidates may finish (as tensor2tensor does)
+                    toks = history[slot, r].tolist()
+                    finished[i].add(Hypothesis(toks, val, val / length_penalty(t + 1, alpha)))
+                else:
+                    picked.append((r, tok, val))
+            if not _sentence_done(finished[i], picked, nbest, limits[i], t, alpha):
+                keep_slots.append(slot)
+                next_rows += [slot * rows + r for r, _, _ in picked]
+                next_tok += [tok for _, tok, _ in picked]
+                next_scores.append([val for _, _, val in picked])
+        if not keep_slots:
+            return [f.hyps[:nbest] for f in finished]
+        new = _Batch.of([batch.slots[s] for s in keep_slots])
+        ghosts = len(new.slots) - new.real
+        next_rows += next_rows[:beam] * ghosts
+        next_tok += next_tok[:beam] * ghosts
+        next_scores += next_scores[:1] * ghosts
+        sentences = keep_slots + [keep_slots[0]] * ghosts
+        row_idx = torch.tensor(next_rows, device=dev)
+        cache.reorder(row_idx, sentences=torch.tensor(sentences, device=dev), beam=beam)
+        flat_hist = history.reshape(len(batch.slots) * rows, t).index_select(0, row_idx)  # (slots'·k, t)
+        history = torch.cat([flat_hist, torch.tensor(next_tok, device=dev)[:, None]], 1).view(len(new.slots), beam, -1)
+        scores = torch.tensor(next_scores, device=dev)  # (slots', k)
+        tokens = torch.tensor(next_tok, dtype=torch.long, device=dev)
+        batch, t = new, t + 1
+
+
+def _sentence_done(fin: _Finished, live: list[tuple[int, int, float]], nbest: int, limit: int, t: int,
+                   alpha: float) -> bool:
+    """Early stop: ``nbest`` finished and no live beam can beat the nbest-th of them."""
+    if not live or t >= limit:
+        return True
+    if len(fin.hyps) < nbest:
+        return False
+    best_live = max(val for _, _, val in live)  # a live beam's logprob can only fall from here
+    # it ends with eos at some length in [t + 2, limit + 1]; val / lp(L) is monotone in L
+    bound = max(best_live / length_penalty(t + 2, alpha), best_live / length_penalty(limit + 1, alpha))
+    return bound <= fin.hyps[nbest - 1].score
+
+

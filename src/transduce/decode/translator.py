@@ -1,0 +1,151 @@
+"""Translator: text in, text out, in input order, whatever the batching.
+
+Batching keeps translations independent of the batch (see :mod:`~transduce.decode.search`):
+each source is padded to a length that depends only on itself (its length + eos rounded up
+to a multiple of ``PAD_MULTIPLE``), a batch holds sentences of one padded length only, and
+search pads the decoder batch with ghost rows. Batch size, sorting and the order of the
+input therefore do not change any output (checked in tests/test_decode_invariance.py for
+fp32; bf16 follows the same argument but is only as invariant as its kernels, see README).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from ..data.vocab import Vocabs
+from .search import Hypothesis, SampleConfig, beam_search, greedy
+
+PAD_MULTIPLE = 8
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Translation:
+    """One output: detokenised ``text``, its target ``tokens``, model ``logprob`` and ranking ``score``."""
+
+    text: str
+    tokens: list[int]
+    logprob: float
+    score: float
+
+
+class Translator:
+    """Holds a decoder (a model or an :class:`~transduce.decode.ensemble.Ensemble`) and vocabularies."""
+
+    def __init__(self, model, vocabs: Vocabs, device: str | torch.device = "cpu", meta: dict | None = None):
+        self.model, self.vocabs, self.device = model.eval(), vocabs, torch.device(device)
+        self.config = model.config
+        self.meta = meta or {}  # the model directory's [meta] (languages, provenance)
+
+    # ---------------------------------------------------------------- inputs
+    def encode_sources(self, sentences: list[str], truncate: bool = True) -> list[list[int] | None]:
+        """Source ids + eos per sentence; ``None`` for an empty line. Overlong lines are cut
+        to ``max_positions`` with one warning that counts them, or raise if ``truncate`` is False."""
+        cfg, cut = self.config, []
+        out: list[list[int] | None] = []
+        for n, ids in enumerate(self.vocabs.src.encode_batch(sentences)):
+            if not sentences[n].strip():
+                out.append(None)
+                continue
+            if len(ids) + 1 > cfg.max_positions:
+                if not truncate:
+                    raise ValueError(f"input line {n + 1}: {len(ids) + 1} source tokens exceed the model's "
+                                     f"max_positions={cfg.max_positions}")
+                cut.append(n + 1)
+                ids = ids[: cfg.max_positions - 1]
+            out.append(ids + [cfg.eos_id])
+        if cut:
+            warnings.warn(f"truncated {len(cut)} input line(s) longer than max_positions={cfg.max_positions} "
+                          f"source tokens (lines {', '.join(map(str, cut[:10]))}{', ...' if len(cut) > 10 else ''})",
+                          stacklevel=3)
+        return out
+
+    def batches(self, sources: list[list[int] | None], batch_tokens: int, batch_size: int | None,
+                sort: bool = True) -> list[list[int]]:
+        """Indices of non-empty sources grouped into batches of one padded length each.
+
+        ``batch_tokens`` bounds padded source tokens per batch, ``batch_size`` sentences.
+        ``sort`` orders each group by length (less padding in the decoder's stopping times).
+        """
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i, ids in enumerate(sources):
+            if ids is not None:
+                groups[self.padded_length(len(ids))].append(i)
+        out: list[list[int]] = []
+        for width in sorted(groups):
+            members = sorted(groups[width], key=lambda i: len(sources[i])) if sort else groups[width]
+            per_batch = max(1, batch_tokens // width)
+            if batch_size is not None:
+                per_batch = min(per_batch, batch_size)
+            out += [members[k : k + per_batch] for k in range(0, len(members), per_batch)]
+        return out
+
+    def padded_length(self, n: int) -> int:
+        return min(-(-n // PAD_MULTIPLE) * PAD_MULTIPLE, self.config.max_positions)
+
+    def tensor(self, rows: list[list[int]]) -> torch.Tensor:
+        width = self.padded_length(max(len(r) for r in rows))
+        pad = self.config.pad_id
+        return torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)  # (B, width)
+
+    # ---------------------------------------------------------------- translation
+    def translate(self, sentences: list[str], beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
+                  max_len_b: int = 50, nbest: int = 1, sample: SampleConfig | None = None,
+                  batch_tokens: int = 4096, batch_size: int | None = None, sort: bool = True,
+                  truncate: bool = True, return_scores: bool = False) -> list:
+        """Translate ``sentences`` (one per item); results come back in input order.
+
+        Returns ``list[str]``; with ``nbest > 1`` a list of n-best lists; with
+        ``return_scores`` :class:`Translation` objects instead of strings. ``beam=1`` or
+        ``sample`` use single-hypothesis decoding. An empty (or blank) line gives "".
+        """
+        if beam < 1:
+            raise ValueError(f"beam must be at least 1, got {beam}")
+        if sample is not None and nbest != 1:
+            raise ValueError("sampling gives one output per line; use nbest=1")
+        sources = self.encode_sources(sentences, truncate)
+        results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in sentences]
+        for index in self.batches(sources, batch_tokens, batch_size, sort):
+            src = self.tensor([sources[i] for i in index])
+            if beam == 1 or sample is not None:
+                seeds = [sample.seed + i for i in index] if sample is not None else None
+                hyps = [[h] for h in greedy(self.model, src, alpha, max_len_a, max_len_b, sample, seeds)]
+            else:
+                hyps = beam_search(self.model, src, beam, alpha, max_len_a, max_len_b, nbest)
+            for i, h in zip(index, hyps):
+                results[i] = h
+        out = [[self._wrap(h, return_scores) for h in hyps] for hyps in results]
+        return [o[0] for o in out] if nbest == 1 else out
+
+    def _wrap(self, hyp: Hypothesis, scores: bool):
+        text = self.vocabs.tgt.decode(hyp.tokens)
+        return Translation(text, hyp.tokens, hyp.logprob, hyp.score) if scores else text
+
+    # ---------------------------------------------------------------- scoring
+    @torch.no_grad()
+    def reference_nll(self, sources: list[str], references: list[str], batch_tokens: int = 4096,
+                      model=None) -> tuple[float, int]:
+        """Teacher-forced negative log-likelihood of ``references`` (sum, in nats) and its token
+        count (target tokens + eos), for perplexity. Empty source lines are skipped."""
+        model = model if model is not None else self.model
+        if not hasattr(model, "decode"):
+            raise ValueError("reference perplexity needs a single model, not an ensemble")
+        cfg = self.config
+        src = self.encode_sources(sources)
+        tgt = [[cfg.bos_id] + ids[: cfg.max_positions - 1] + [cfg.eos_id]
+               for ids in self.vocabs.tgt.encode_batch(references)]
+        total, count = 0.0, 0
+        for index in self.batches(src, batch_tokens, None):
+            s = self.tensor([src[i] for i in index])
+            width = max(len(tgt[i]) for i in index)
+            t = torch.tensor([tgt[i] + [cfg.pad_id] * (width - len(tgt[i])) for i in index], device=self.device)
+            logits = model(s, t[:, :-1]).float()  # (B, T, V)
+            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), t[:, 1:], ignore_index=cfg.pad_id,
+                                                    reduction="sum")
+            total += nll.item()
+            count += int((t[:, 1:] != cfg.pad_id).sum())
+        return total, count
