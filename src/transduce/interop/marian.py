@@ -277,7 +277,9 @@ def config_from_marian(hf: dict[str, Any], where: str) -> tuple[dict[str, Any], 
     Returns our ModelConfig fields (without vocabulary sizes) and how Marian ties its
     embeddings: ``all`` (shared), ``target`` (decoder input = output) or ``none``.
     """
-    expect = {"model_type": "marian", "activation_function": "relu", "scale_embedding": True}
+    if hf.get("model_type") != "marian":
+        raise ConfigError(f"{where}: model_type is {hf.get('model_type')!r}, not 'marian' (not a MarianMT directory)")
+    expect = {"activation_function": "relu", "scale_embedding": True}
     for key, value in expect.items():
         if hf.get(key, value) != value:
             raise ConfigError(f"{where}: key {key!r} is {hf.get(key)!r}; transduce imports only {value!r}")
