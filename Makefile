@@ -9,7 +9,12 @@ STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 JOBS ?= 2
 
-.PHONY: setup test demo clean
+.PHONY: setup test demo multi30k clean
+# demo training budget in minutes (the issue: at most 15); e.g. `make demo DEMO_MINUTES=3`
+DEMO_MINUTES ?= 15
+# Multi30k target language (de or fr) and seed
+LANG_TGT ?= de
+SEED ?= 1
 
 setup: $(STAMP)
 
@@ -24,7 +29,12 @@ test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) -q
 
 demo: $(STAMP)
-	$(VENV)/bin/transduce info small --set vocab_size=8000
+	$(VENV)/bin/transduce demo --minutes $(DEMO_MINUTES)
+
+# Multi30k en->$(LANG_TGT): prepare, train (<= 60 min), average, decode test_2016_flickr and val, score
+multi30k: $(STAMP)
+	$(VENV)/bin/transduce recipe configs/multi30k-en-de.toml --set prepare.tgt='"$(LANG_TGT)"' \
+		--set recipe.out='"runs/multi30k-en-$(LANG_TGT)-seed$(SEED)"' --set recipe.seed=$(SEED)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
