@@ -26,9 +26,12 @@ def prepared(vocab_size: int = 8000, raw: Path = MULTI30K, out: Path = DATA_DIR)
     return PreparedData.open(out)
 
 
-def train_batches(data: PreparedData, count: int, max_tokens: int = 4224, epoch: int = 0) -> list[Batch]:
-    """The first ``count`` batches of a training epoch: length-bucketed, ~3,840 target tokens each at 4224."""
+def train_batches(data: PreparedData, count: int | None, max_tokens: int = 4224, epoch: int = 0) -> list[Batch]:
+    """The first ``count`` (None: all) batches of a training epoch: length-bucketed, ~3,840 target tokens each
+    at 4224."""
     batches = TokenBatches(data.split("train"), max_tokens=max_tokens, seed=1).epoch(epoch)
+    if count is None:
+        return batches
     if count > len(batches):
         raise ValueError(f"asked for {count} batches, an epoch has {len(batches)} at max_tokens={max_tokens}")
     return batches[:count]

@@ -123,8 +123,8 @@ def fairseq_status() -> str:
 
 
 def compose(out: Path, sections: Path) -> None:
-    parts = [sections / f"{p}.md" for p in PARTS]
-    body = "\n".join(p.read_text() for p in parts if p.is_file())
+    files = [f for p in PARTS for f in sorted(sections.glob(f"{p}*.md"))]  # train.md, train-paper-base.md, ...
+    body = "\n".join(f.read_text() for f in files)
     out.write_text(INTRO + "\n" + body)
 
 
@@ -144,9 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--curve-max-tokens", type=int, default=1024)
     p.add_argument("--curve-warmup", type=int, default=400)
     p.add_argument("--profile-configs", default="medium,paper-base")
+    p.add_argument("--decode-model", help="a trained transduce model directory (default: train one, see below)")
+    p.add_argument("--decode-preset", default="small", help="preset of the model trained for decoding")
+    p.add_argument("--decode-train-steps", type=int, default=1500, help="bf16 updates of that model")
+    p.add_argument("--decode-sentences", type=int, default=1000, help="test sentences decoded at batch 64")
+    p.add_argument("--decode-sentences-batch1", type=int, default=200, help="test sentences decoded at batch 1")
+    p.add_argument("--decode-repeats", type=int, default=3)
     p.add_argument("--shared", action="store_true", help="say in the output that other jobs share the machine")
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--sections", type=Path, default=SECTIONS, help="where each part's section is kept")
+    p.add_argument("--suffix", default="", help="keep this run's sections beside earlier ones: PART-SUFFIX.md")
     args = p.parse_args(argv)
     set_threads(args.threads)
     from data import prepared, train_batches
@@ -170,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             from bench_decode import part_decode
 
             text = header(args, "Decoding") + part_decode(args, data)
-        (args.sections / f"{part}.md").write_text(text)
+        (args.sections / f"{part}{'-' + args.suffix if args.suffix else ''}.md").write_text(text)
         compose(args.out, args.sections)
         print(text, flush=True)
     return 0

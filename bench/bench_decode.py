@@ -1,0 +1,253 @@
+"""Decoding throughput, latency and peak memory (issue 8, part 2).
+
+Beam 4 on Multi30k test sentences (test_2016_flickr, en→de) with the same trained weights:
+transduce (fp32, bf16, int8 dynamic quantisation of its Linear layers) against HuggingFace
+``MarianMTModel.generate`` and CTranslate2 (float32, int8), both through transduce's exporters
+(:mod:`transduce.interop`). Every engine gets the same source token ids; each run is its own
+subprocess (so ``ru_maxrss`` is that engine's peak memory) and runs alternate between engines.
+Ranking is by log-probability alone (length penalty 0 everywhere: the libraries define α
+differently), at most ``|x| + 50`` output tokens, so where the arithmetic is the same the best
+hypotheses must agree.
+
+    python bench/bench_decode.py worker ENGINE --model DIR --batch 64 --sentences FILE   (one timed run)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import ROOT, markdown_table
+
+ENGINES = ("transduce-fp32", "transduce-bf16", "transduce-int8", "hf-fp32", "ct2-float32", "ct2-int8")
+SAME_ARITHMETIC = {"hf-fp32": "transduce-fp32", "ct2-float32": "transduce-fp32"}  # pairs whose outputs must agree
+MAX_LEN_B = 50
+
+
+# ----------------------------------------------------------------------------- workers (one engine per process)
+def _transduce(model_dir: Path, variant: str, threads: int):
+    import torch
+
+    from transduce.decode.search import beam_search
+    from transduce.modeldir import load_model_dir
+
+    model, _, _ = load_model_dir(model_dir)
+    if variant == "bf16":
+        model = model.to(torch.bfloat16)
+    elif variant == "int8":
+        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+    @torch.inference_mode()
+    def run(batch: list[list[int]], beam: int) -> list[list[int]]:
+        width = max(len(s) for s in batch)
+        src = torch.tensor([s + [0] * (width - len(s)) for s in batch])  # (B, S) ids + eos, right-padded
+        hyps = beam_search(model, src, beam=beam, alpha=0.0, max_len_a=1.0, max_len_b=MAX_LEN_B)
+        return [h[0].tokens for h in hyps]
+
+    return run
+
+
+def _hf(export_dir: Path, threads: int):
+    import torch
+    from transformers import MarianMTModel
+
+    model = MarianMTModel.from_pretrained(str(export_dir)).eval()
+    eos = model.config.eos_token_id
+
+    @torch.inference_mode()
+    def run(batch: list[list[int]], beam: int) -> list[list[int]]:
+        width = max(len(s) for s in batch)
+        ids = torch.tensor([s + [model.config.pad_token_id] * (width - len(s)) for s in batch])  # (B, S)
+        mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in batch])
+        out = model.generate(input_ids=ids, attention_mask=mask, num_beams=beam, do_sample=False,
+                             length_penalty=0.0, max_new_tokens=width + MAX_LEN_B, early_stopping=True)
+        return [[t for t in row.tolist()[1:] if t != eos and t != model.config.pad_token_id] for row in out]
+
+    return run
+
+
+def _ct2(export_dir: Path, compute_type: str, threads: int, vocab):
+    import ctranslate2
+
+    translator = ctranslate2.Translator(str(export_dir), device="cpu", compute_type=compute_type,
+                                        intra_threads=threads, inter_threads=1)
+
+    def run(batch: list[list[int]], beam: int) -> list[list[int]]:
+        pieces = [vocab.pieces(s[:-1]) for s in batch]  # CTranslate2 appends eos itself
+        results = translator.translate_batch(pieces, beam_size=beam, length_penalty=0.0, max_batch_size=len(batch),
+                                             max_decoding_length=max(len(s) for s in batch) + MAX_LEN_B)
+        return [[vocab.sp.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
+
+    return run
+
+
+def worker(argv: list[str]) -> None:
+    """One timed run of one engine; prints a JSON line: seconds, sentences, tokens, peak RSS, hypotheses."""
+    import torch
+
+    from transduce.data.vocab import Vocabs
+
+    p = argparse.ArgumentParser()
+    p.add_argument("engine", choices=ENGINES)
+    p.add_argument("--model", type=Path, required=True, help="transduce model directory")
+    p.add_argument("--exports", type=Path, required=True, help="where the hf/ and ct2-*/ exports are")
+    p.add_argument("--sources", type=Path, required=True, help="JSON list of source id lists (ids + eos)")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    sources = json.loads(args.sources.read_text())
+    kind, _, variant = args.engine.partition("-")
+    if kind == "transduce":
+        run = _transduce(args.model, variant, args.threads)
+    elif kind == "hf":
+        run = _hf(args.exports / "hf", args.threads)
+    else:
+        run = _ct2(args.exports / f"ct2-{variant}", variant, args.threads, Vocabs.load(args.model / "vocab").tgt)
+    run(sources[: min(len(sources), args.batch, 4)], args.beam)  # warm-up: first-call allocations, lazy init
+    hyps, t0 = [], time.perf_counter()
+    for i in range(0, len(sources), args.batch):
+        hyps += run(sources[i : i + args.batch], args.beam)
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "sentences": len(hyps), "tokens": sum(len(h) + 1 for h in hyps),
+                      "maxrss_mb": peak_rss_mb(), "hyps": hyps}))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM). ``ru_maxrss`` would not do: Linux keeps it across
+    execve, so a worker started by a big parent reports the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux: best effort
+
+
+# ----------------------------------------------------------------------------- the driver
+def export_all(model_dir: Path, exports: Path) -> dict[str, str]:
+    """HF and CTranslate2 exports of ``model_dir`` (made once); returns engine -> why it is unavailable."""
+    from transduce.interop.ctranslate2 import export_ctranslate2
+    from transduce.interop.marian import export_marian
+    from transduce.modeldir import load_model_dir
+
+    model, vocabs, meta = load_model_dir(model_dir)
+    missing = {}
+    jobs = {"hf-fp32": ("hf", lambda out: export_marian(model, vocabs, out, meta)),
+            "ct2-float32": ("ct2-float32", lambda out: export_ctranslate2(model, vocabs, out, None)),
+            "ct2-int8": ("ct2-int8", lambda out: export_ctranslate2(model, vocabs, out, "int8"))}
+    for engine, (name, export) in jobs.items():
+        if (exports / name / "DONE").is_file():
+            continue
+        try:
+            export(exports / name)
+            (exports / name / "DONE").write_text(str(model_dir) + "\n")
+        except Exception as e:  # a peer that cannot be built is reported, never silently dropped
+            missing[engine] = f"{type(e).__name__}: {e}"
+    return missing
+
+
+def quick_model(data, preset: str, steps: int, out: Path):
+    """A model trained for ``steps`` updates with transduce's trainer step (reused when present)."""
+    import torch
+
+    from bench_train import Trainer
+    from data import train_batches
+    from transduce.model import ModelConfig, Transformer
+    from transduce.modeldir import save_model_dir
+    from transduce.train.dropout import use_fast_dropout
+
+    if (out / "model.safetensors").is_file():
+        return out
+    torch.manual_seed(1)
+    model = Transformer(ModelConfig.preset(preset, vocab_size=len(data.vocabs.src)))
+    use_fast_dropout(model)
+    step = Trainer(model.train(), "bf16", warmup=min(4000, max(steps // 2, 1)))
+    epoch, done = 0, 0
+    while done < steps:
+        for batch in train_batches(data, None, epoch=epoch)[: steps - done]:
+            loss = step(batch)
+            done += 1
+            if done % 50 == 0:
+                print(f"  decode model: update {done}/{steps}, loss {loss:.3f}", flush=True)
+        epoch += 1
+    save_model_dir(out, model, data.vocabs, {"src_lang": "en", "tgt_lang": "de",
+                                             "bench": f"{preset}, {steps} bf16 updates of ~3,840 target tokens"})
+    return out
+
+
+def run_engine(engine: str, model_dir: Path, exports: Path, sources: Path, batch: int, threads: int) -> dict:
+    cmd = [sys.executable, str(Path(__file__)), "worker", engine, "--model", str(model_dir), "--exports", str(exports),
+           "--sources", str(sources), "--batch", str(batch), "--threads", str(threads)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode != 0:
+        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def agreement(a: list[list[int]], b: list[list[int]]) -> float:
+    return sum(x == y for x, y in zip(a, b)) / len(a)
+
+
+def part_decode(args, data) -> str:
+    """Run every engine at batch 1 and batch 64, alternating, and return the markdown section."""
+    from transduce.modeldir import load_model_dir
+
+    model_dir = Path(args.decode_model) if args.decode_model else quick_model(
+        data, args.decode_preset, args.decode_train_steps,
+        ROOT / "runs" / "bench" / f"decode-{args.decode_preset}-{args.decode_train_steps}")
+    exports = ROOT / "runs" / "bench" / "exports" / model_dir.name
+    exports.mkdir(parents=True, exist_ok=True)
+    missing = export_all(model_dir, exports)
+    _, vocabs, _ = load_model_dir(model_dir)
+    test = data.split("test")
+    sources_all = [ids + [3] for ids in vocabs.src.encode_batch([test.src_text(i) for i in range(len(test))])]
+    engines = [e for e in ENGINES if e not in missing]
+    rows, notes = [], []
+    results: dict[tuple[str, int], list[dict]] = {}
+    for batch, count in ((64, args.decode_sentences), (1, args.decode_sentences_batch1)):
+        path = exports / f"sources-{count}.json"
+        path.write_text(json.dumps(sources_all[:count]))
+        for _ in range(args.decode_repeats):
+            for engine in engines:  # alternating: every engine once per round
+                results.setdefault((engine, batch), []).append(
+                    run_engine(engine, model_dir, exports, path, batch, args.threads))
+        medians = {}
+        for engine in engines:
+            runs = [r for r in results[(engine, batch)] if "error" not in r]
+            if not runs:
+                notes.append(f"- {engine} batch {batch}: failed — {results[(engine, batch)][0]['error']}")
+                continue
+            sec = statistics.median(r["seconds"] for r in runs)
+            medians[engine] = (runs[0]["tokens"] / sec, runs[0]["sentences"] / sec, max(r["maxrss_mb"] for r in runs),
+                               runs[0]["hyps"])
+        ref = medians.get("transduce-fp32")
+        for engine, (tok_s, sent_s, rss, hyps) in medians.items():
+            vs_ct2 = tok_s / medians["ct2-float32"][0] if "ct2-float32" in medians else float("nan")
+            vs_hf = tok_s / medians["hf-fp32"][0] if "hf-fp32" in medians else float("nan")
+            agree = f"{agreement(hyps, ref[3]):.0%}" if ref else "n/a"
+            rows.append([str(batch), engine, f"{tok_s:,.0f}", f"{sent_s:,.1f}", f"{rss:,.0f}", f"{vs_ct2:.2f}×",
+                         f"{vs_hf:.2f}×", agree])
+    notes += [f"- {engine}: not measured — {why}" for engine, why in missing.items()]
+    table = markdown_table(["batch", "engine", "tokens/s", "sentences/s", "peak RSS MB", "vs CT2 float32",
+                            "vs HF generate", "best hyp = transduce fp32"], rows)
+    meta = load_model_dir(model_dir)[2]
+    return (f"### Decoding, beam 4\n\nModel `{model_dir.relative_to(ROOT) if model_dir.is_relative_to(ROOT) else model_dir}`"
+            f" ({meta.get('bench', 'given with --decode-model')}); Multi30k test_2016_flickr en→de, first "
+            f"{args.decode_sentences} sentences at batch 64 and {args.decode_sentences_batch1} at batch 1; median of "
+            f"{args.decode_repeats} alternating runs, each engine in its own process (peak RSS = that process's "
+            "VmHWM, model load included). Length penalty 0, max length |x| + 50. Tokens = output tokens + eos. "
+            f"Pairs with the same arithmetic: {', '.join(f'{a} ≡ {b}' for a, b in SAME_ARITHMETIC.items())}.\n\n"
+            + table + "\n\n" + "\n".join(notes) + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "worker":
+        worker(sys.argv[2:])
+    else:
+        sys.exit(__doc__)

@@ -1,0 +1,86 @@
+"""The benchmark harness (bench/, `make bench`) runs end to end on a tiny model, so it cannot rot.
+
+Timing figures are not checked (they belong in BENCHMARKS.md); what is checked is that the peer
+computes the same function as transduce, that every stage produces well-formed results, and that a
+peer that cannot run is reported rather than dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+from bench_train import build_models, curves, throughput, throughput_table  # noqa: E402
+from transduce.data.batching import Batch  # noqa: E402
+
+VOCAB = 64
+
+
+def fake_batch(seed: int, B: int = 6, S: int = 9, T: int = 8) -> Batch:
+    """Random right-padded ids with the Batch layout (src = ids + eos, tgt = bos + ids + eos)."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, VOCAB, (B, S), generator=g)
+    tgt = torch.randint(4, VOCAB, (B, T), generator=g)
+    tgt[:, 0] = 2
+    for b in range(B):
+        s_len, t_len = S - b % 3, T - b % 2
+        src[b, s_len - 1], src[b, s_len:] = 3, 0
+        tgt[b, t_len - 1], tgt[b, t_len:] = 3, 0
+    return Batch(src, tgt, torch.arange(B), int((src != 0).sum()), int((tgt[:, 1:] != 0).sum()))
+
+
+def test_peer_computes_the_same_function():
+    models = build_models("tiny", VOCAB)
+    batch = fake_batch(0)
+    with torch.no_grad():
+        a = models["transduce"].eval()(batch.src, batch.tgt[:, :-1])
+        b = models["nn.Transformer"].eval()(batch.src, batch.tgt[:, :-1])
+    real = batch.tgt[:, 1:] != 0
+    assert (a[real] - b[real]).abs().max() < 1e-4
+
+
+def test_throughput_flops_and_table():
+    r = throughput("tiny", "bf16", [fake_batch(1)], VOCAB, repeats=1, peak=1e11)
+    assert set(r.tok_s) == {"transduce", "nn.Transformer"}
+    assert all(v > 0 for v in r.tok_s.values()) and math.isfinite(r.ratio)
+    # forward + backward ≈ 3 × 2 × parameters-in-matmuls per token: at least the feed-forward and projections
+    assert r.flops_per_token > 6 * 2 * (64 * 256) * 2
+    assert "| tiny |" in throughput_table([r])
+
+
+def test_convergence_curves_start_equal():
+    r = curves("tiny", "fp32", [fake_batch(2), fake_batch(3)], VOCAB, warmup=10)
+    assert set(r.curves) == {"transduce", "transduce seed 2", "nn.Transformer"}
+    # same weights and batch: the first loss differs only by dropout
+    first = [c[0] for c in r.curves.values()]
+    assert max(first) - min(first) < 0.5 and r.tail_gap("transduce", "nn.Transformer") >= 0
+
+
+def test_fairseq_is_reported_not_dropped():
+    from run import fairseq_status
+
+    assert fairseq_status().startswith("- fairseq:")
+
+
+def test_decode_workers_agree(tiny_model_dir, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from bench_decode import export_all, run_engine
+    from transduce.data.vocab import Vocabs
+
+    missing = export_all(tiny_model_dir, tmp_path)
+    assert "ct2-float32" not in missing, missing
+    vocab = Vocabs.load(tiny_model_dir / "vocab").src
+    src = [vocab.encode(s) + [3] for s in ("A man is riding a bike.", "Two dogs play in the snow.")]
+    (tmp_path / "src.json").write_text(str(src))
+    ours = run_engine("transduce-fp32", tiny_model_dir, tmp_path, tmp_path / "src.json", 2, 1)
+    ct2 = run_engine("ct2-float32", tiny_model_dir, tmp_path, tmp_path / "src.json", 2, 1)
+    assert "error" not in ours and "error" not in ct2, (ours, ct2)
+    assert ours["sentences"] == 2 and ours["maxrss_mb"] > 0
+    assert ours["hyps"] == ct2["hyps"]  # same arithmetic, same best hypotheses
