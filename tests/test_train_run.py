@@ -86,6 +86,17 @@ def test_loss_falls_within_seconds(data_dir, tmp_path):
     assert seconds < 60
 
 
+def test_validation_scores_bleu_through_the_translator(data_dir, tmp_path):
+    pytest.importorskip("transduce.decode.translator", reason="decoding (issue: translator) not available")
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=4, validate_every=2,
+                          bleu_sentences=10, save_every_steps=1000)
+    train_in_process(config)
+    valid = metrics(tmp_path / "run", "valid")
+    assert len(valid) == 2 and all(0.0 <= r["valid_bleu"] <= 100.0 for r in valid)
+    _, _, meta = load_model_dir(tmp_path / "run" / "model")
+    assert "best by valid_bleu" in meta["weights"]
+
+
 def test_sigkill_and_resume_is_bit_identical(data_dir, tmp_path):
     reference = write_config(tmp_path / "ref.toml", data_dir, tmp_path / "ref")
     train_in_process(reference)

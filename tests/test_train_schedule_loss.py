@@ -97,3 +97,24 @@ def test_use_fast_dropout_swaps_every_dropout_and_keeps_weights():
     assert use_fast_dropout(model) == count > 0
     assert not any(isinstance(m, torch.nn.Dropout) for m in model.modules())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_closed_form_gradient_equals_autograd_of_the_definition(eps):
+    torch.manual_seed(1)
+    V = 37
+    z = torch.randn(4, 6, V, requires_grad=True)
+    y = torch.randint(1, V, (4, 6))
+    y[0, 4:] = 0
+    loss, nll, n = label_smoothed_loss(z, y, eps)
+    (grad,) = torch.autograd.grad(loss * 3.0, z)
+    keep = y != 0
+    logp = torch.log_softmax(z[keep].double(), -1)  # the definition, written out
+    q = torch.full_like(logp, eps / (V - 1))
+    q[:, 0] = 0.0
+    q[torch.arange(int(keep.sum())), y[keep]] += 1 - eps
+    ref = -(q * logp).sum()
+    (ref_grad,) = torch.autograd.grad(ref * 3.0, z)
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-6)
+    torch.testing.assert_close(grad, ref_grad.float(), rtol=1e-5, atol=1e-6)
+    assert torch.all(grad[~keep] == 0)  # padding positions get no gradient

@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--plain-dropout", action="store_true", help="keep nn.Dropout (compare with FastDropout)")
+    p.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"])
+    p.add_argument("--sdpa", default="auto", choices=["auto", "default", "math"])
     p.add_argument("--profile", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -40,9 +42,10 @@ def main(argv: list[str] | None = None) -> None:
     model = Transformer(cfg).train()
     if not args.plain_dropout:
         use_fast_dropout(model)
-    opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
+    opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.adam == "fused",
+                           foreach=args.adam == "foreach")
     stepper = Stepper(model, opt, Schedule("rsqrt", 4000, cfg.d_model), device=torch.device("cpu"),
-                      dtype=args.dtype, label_smoothing=cfg.label_smoothing)
+                      dtype=args.dtype, label_smoothing=cfg.label_smoothing, kernel=args.sdpa)
     batches = TokenBatches(data.split("train"), args.max_tokens, seed=1).epoch(1)
     for i in range(args.warmup):
         stepper.update([batches[i]], i + 1)
@@ -54,13 +57,14 @@ def main(argv: list[str] | None = None) -> None:
             stepper.update([timed[0]], 100)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
         return
-    tokens, start = 0, time.perf_counter()
+    tokens, seconds = 0, 0.0
     for i, batch in enumerate(timed):
+        start = time.perf_counter()
         tokens += stepper.update([batch], 100 + i).tokens
-    seconds = time.perf_counter() - start
+        seconds += time.perf_counter() - start
     print(f"{args.preset} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}: "
           f"{tokens / seconds:.0f} target tokens/s ({len(timed)} updates of ~{tokens // len(timed)} tokens, "
-          f"{seconds:.1f} s)")
+          f"{seconds:.1f} s; adam={args.adam} sdpa={args.sdpa})")
 
 
 if __name__ == "__main__":

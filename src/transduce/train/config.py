@@ -48,6 +48,9 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = None  # torch intra-op threads per process; None = torch's default
     fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
+    # scaled_dot_product_attention kernel in training: "auto" = the math kernel on CPU (measured faster for
+    # short sentences, forward + backward) and PyTorch's own choice on CUDA
+    attention_kernel: Literal["auto", "math", "flash", "efficient", "default"] = "auto"
     # length of the run
     max_steps: int = 100_000
     max_epochs: int | None = None

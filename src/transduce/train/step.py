@@ -36,6 +36,16 @@ class UpdateStats:
     grad_norm: float | None = None
 
 
+def attention_kernel(device: torch.device, name: str = "auto"):
+    """Context choosing the SDPA kernel: "auto" = math on CPU, PyTorch's choice elsewhere; "default" = PyTorch's."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if name == "auto":
+        name = "math" if device.type == "cpu" else "default"
+    kernels = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    return sdpa_kernel(kernels[name]) if name in kernels else contextlib.nullcontext()
+
+
 def autocast(device: torch.device, dtype: str):
     """The autocast context for ``dtype`` ("fp32" = none)."""
     if dtype == "fp32":
@@ -50,14 +60,16 @@ class TrainingLoss(nn.Module):
     which saves the largest matmul and softmax on padding. Returns (smoothed_sum, nll_sum, tokens).
     """
 
-    def __init__(self, model: nn.Module, device: torch.device, dtype: str, epsilon: float, pad_id: int):
+    def __init__(self, model: nn.Module, device: torch.device, dtype: str, epsilon: float, pad_id: int,
+                 kernel: str = "auto"):
         super().__init__()
         self.model, self.device, self.dtype, self.epsilon, self.pad_id = model, device, dtype, epsilon, pad_id
+        self.kernel = kernel
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor):
         labels = tgt[:, 1:]  # (B, T-1)
         keep = labels != self.pad_id  # (B, T-1)
-        with autocast(self.device, self.dtype):
+        with autocast(self.device, self.dtype), attention_kernel(self.device, self.kernel):
             h = self.model.hidden(src, tgt[:, :-1])  # (B, T-1, d_model)
             logits = self.model.generator(h[keep])  # (N, V) real target positions only
         return label_smoothed_loss(logits, labels[keep], self.epsilon, self.pad_id)
@@ -71,10 +83,10 @@ class Stepper:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *,
                  device: torch.device, dtype: str = "fp32", label_smoothing: float = 0.1, pad_id: int = 0,
-                 clip_norm: float = 0.0, ctx: Dist = Dist()):
+                 clip_norm: float = 0.0, ctx: Dist = Dist(), kernel: str = "auto"):
         if dtype == "fp16" and device.type != "cuda":
             raise ValueError("key 'dtype': 'fp16' needs a CUDA device (use 'bf16' on CPU)")
-        self.model = wrap(TrainingLoss(model, device, dtype, label_smoothing, pad_id), ctx, device)
+        self.model = wrap(TrainingLoss(model, device, dtype, label_smoothing, pad_id, kernel), ctx, device)
         self.optimizer, self.schedule = optimizer, schedule
         self.device, self.dtype, self.ctx, self.clip_norm = device, dtype, ctx, clip_norm
         self.scaler = torch.amp.GradScaler("cuda") if dtype == "fp16" else None

@@ -67,11 +67,12 @@ class Trainer:
             use_fast_dropout(self.model)
         self.model.train()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=tuple(cfg.adam_betas),
-                                          eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+                                          eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=True)
         schedule = Schedule(cfg.schedule, cfg.warmup, model_cfg.d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr)
         self.stepper = Stepper(self.model, self.optimizer, schedule,
                                device=self.device, dtype=cfg.dtype, label_smoothing=model_cfg.label_smoothing,
-                               pad_id=model_cfg.pad_id, clip_norm=cfg.clip_norm, ctx=self.ctx)
+                               pad_id=model_cfg.pad_id, clip_norm=cfg.clip_norm, ctx=self.ctx,
+                               kernel=cfg.attention_kernel)
         self.batches = TokenBatches(data.split(cfg.train_split), cfg.max_tokens, seed=cfg.seed, shuffle=True,
                                     rank=self.ctx.rank, world_size=self.ctx.world_size)
         self.valid = data.split(cfg.valid_split) if has_split(data, cfg.valid_split) else None
@@ -221,7 +222,7 @@ class Trainer:
             return
         vb = TokenBatches(self.valid, self.cfg.max_tokens, shuffle=False)
         values = valid_loss(self.model, vb.epoch(0), self.device, self.cfg.dtype, self.model_cfg.label_smoothing,
-                            self.model_cfg.pad_id)
+                            self.model_cfg.pad_id, self.cfg.attention_kernel)
         if bleu is not None:
             values["valid_bleu"] = bleu(self.model)
         metric = "valid_bleu" if "valid_bleu" in values else "valid_loss"

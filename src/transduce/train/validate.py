@@ -18,11 +18,11 @@ from .step import TrainingLoss
 
 @torch.no_grad()
 def valid_loss(model: nn.Module, batches, device: torch.device, dtype: str, epsilon: float,
-               pad_id: int = 0) -> dict[str, float]:
+               pad_id: int = 0, kernel: str = "auto") -> dict[str, float]:
     """Smoothed loss, NLL and perplexity per target token over ``batches`` (model in eval mode)."""
     was_training = model.training
     model.eval()
-    compute = TrainingLoss(model, device, dtype, epsilon, pad_id)
+    compute = TrainingLoss(model, device, dtype, epsilon, pad_id, kernel)
     loss_sum = nll_sum = 0.0
     tokens = 0
     for batch in batches:
@@ -36,25 +36,27 @@ def valid_loss(model: nn.Module, batches, device: torch.device, dtype: str, epsi
 
 def bleu_hook(split, vocabs, sentences: int, beam: int, device: torch.device
               ) -> Callable[[nn.Module], float] | None:
-    """A function model -> sacreBLEU on the first ``sentences`` of ``split``, or None without a translator."""
+    """A function model -> sacreBLEU of its translations of the first ``sentences`` of ``split``
+    (raw NFC text in, detokenised text out), or None when ``transduce.decode`` has no translator."""
     if sentences <= 0:
         return None
     try:
-        from ..decode import translate_ids  # the decoding issue's entry point
+        from ..decode.translator import Translator  # the decoding issue's translator
     except ImportError:
         return None
     import sacrebleu
 
     n = min(sentences, len(split))
-    sources = [split.src[i].tolist() for i in range(n)]
+    sources = [split.src_text(i) for i in range(n)]
     references = [split.tgt_text(i) for i in range(n)]
 
     def score(model: nn.Module) -> float:
         was_training = model.training
-        model.eval()
-        with torch.no_grad():
-            hyps = translate_ids(model, sources, beam=beam, device=device)
-        model.train(was_training)
-        return sacrebleu.corpus_bleu([vocabs.tgt.decode(h) for h in hyps], [references]).score
+        try:
+            with torch.no_grad():
+                hypotheses = Translator(model, vocabs, device).translate(sources, beam=beam)
+        finally:
+            model.train(was_training)
+        return sacrebleu.corpus_bleu(hypotheses, [references]).score
 
     return score
