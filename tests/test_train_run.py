@@ -127,6 +127,25 @@ def test_sigkill_and_resume_is_bit_identical(data_dir, tmp_path):
         (tmp_path / "kill/model/model.safetensors").read_bytes()
 
 
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=10_000, save_every_steps=3)
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "transduce", "train", str(config)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list_checkpoints(tmp_path / "run" / "checkpoints") and proc.poll() is None:
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "SIGTERM received" in out
+    last = list_checkpoints(tmp_path / "run" / "checkpoints")[-1]
+    stopped_at = int(last.name.split("_")[1])
+    assert 3 <= stopped_at < 10_000 and f"stopped at step {stopped_at}" in out
+    assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
+
+
 def test_existing_run_needs_resume_and_resume_continues(data_dir, tmp_path):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=2)
     train_in_process(config)
