@@ -45,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run_.add_argument("--batch-tokens", type=int, default=4096, help="padded source tokens per batch")
     run_.add_argument("--batch-size", type=int, default=None, help="at most this many sentences per batch")
     run_.add_argument("--device", default="cpu")
+    run_.add_argument("--threads", type=int, default=1,
+                      help="CPU threads; 1 (default) is bit-exactly batch-invariant, more may change last bits")
     run_.add_argument("--dtype", choices=list(DTYPES), default="fp32")
     run_.add_argument("--no-truncate", action="store_true", help="error on inputs longer than the model allows")
     run_.add_argument("--stats", action="store_true", help="print sentences/s and tokens/s to stderr")
@@ -85,6 +87,7 @@ def run(args) -> int:
     from ..api import load
 
     options = _options(args)
+    torch.set_num_threads(args.threads)
     translator = load(args.model, args.device, args.dtype, args.ensemble)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
