@@ -159,7 +159,7 @@ def draw(maps: AttentionMaps, layer: int | None, head: int | None, out: str | Pa
     columns = 1 if single else n_heads if layer else max(layers.values())
     grid = (1, 3) if single else (len(KINDS), columns)
     tokens = max(len(maps.source), len(maps.target_in))
-    cell = min(6.0, max(2.6, 0.16 * tokens))
+    cell = min(7.0, max(2.6, 0.22 * tokens))  # inches per panel: about 0.2 in per token
     fig, axes = plt.subplots(*grid, figsize=((cell + 1.0) * grid[1], cell * grid[0] + 0.8), squeeze=False,
                              layout="constrained")
     for k, (kind, kind_title) in enumerate(KINDS.items()):

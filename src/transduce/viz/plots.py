@@ -50,12 +50,12 @@ def schedule_curves(config: str | None, d_models: list[int], warmup: int, steps:
     from ..train.schedule import Schedule
 
     if config is not None:
-        from ..model.config import PRESETS, ModelConfig
+        from ..model.config import ModelConfig
         from ..train.config import load_config
 
         cfg, model_table = load_config(config)
-        d_model = model_table.get("d_model", PRESETS.get(model_table.get("preset"), {}).get("d_model",
-                                                                                             ModelConfig.d_model))
+        # vocabulary sizes come from the data at training time; a placeholder lets the table be validated
+        d_model = ModelConfig.from_dict({"vocab_size": 8, **model_table}, where=f"{config} [model]").d_model
         schedules = [(f"{Path(config).name}: {cfg.schedule}, d_model {d_model}, warmup {cfg.warmup}",
                       Schedule(cfg.schedule, cfg.warmup, d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr))]
     else:
