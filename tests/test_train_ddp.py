@@ -40,47 +40,51 @@ def make(data_dir, optimizer: str, rank: int, world: int):
     return model, stepper, batches, TokenBatches(data.split("train"), 400, seed=3)
 
 
-def worker(rank: int, port: int, data_dir, optimizer: str, out) -> None:
+def worker(rank: int, port: int, data_dir, out) -> None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        model, stepper, plan, tb = make(data_dir, optimizer, rank, 2)
-        for u in range(UPDATES):
-            stepper.update([tb.make(plan[2 * u + rank])], u + 1)  # rank r's shard: batches r, r+2, ...
-            flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-            gathered = [torch.empty_like(flat) for _ in range(2)]
-            dist.all_gather(gathered, flat)
-            out.put((rank, u, torch.equal(gathered[0], gathered[1])))
-        if rank == 0:
-            out.put(("weights", {k: v.numpy().copy() for k, v in model.state_dict().items()}))  # no shared memory
+        for optimizer in ("sgd", "adam"):
+            model, stepper, plan, tb = make(data_dir, optimizer, rank, 2)
+            for u in range(UPDATES):
+                stepper.update([tb.make(plan[2 * u + rank])], u + 1)  # rank r's shard: batches r, r+2, ...
+                flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+                gathered = [torch.empty_like(flat) for _ in range(2)]
+                dist.all_gather(gathered, flat)
+                out.put((optimizer, rank, u, torch.equal(gathered[0], gathered[1])))
+            if rank == 0:  # numpy: no shared memory to outlive the process
+                out.put((optimizer, "weights", {k: v.numpy().copy() for k, v in model.state_dict().items()}))
     finally:
         dist.destroy_process_group()
 
 
-def run_two_ranks(data_dir, optimizer: str):
+def run_two_ranks(data_dir):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, port, data_dir, optimizer, out)) for r in range(2)]
+    procs = [ctx.Process(target=worker, args=(r, port, data_dir, out)) for r in range(2)]
     for p in procs:
         p.start()
-    results = [out.get(timeout=180) for _ in range(2 * UPDATES + 1)]
+    results = [out.get(timeout=180) for _ in range(2 * (2 * UPDATES + 1))]
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
     return results
 
 
-def test_two_ranks_match_one_process_with_both_batches(data_dir):  # noqa: F811
-    results = run_two_ranks(data_dir, "sgd")
-    assert all(x[2] for x in results if x[0] != "weights")
-    ddp = next(x[1] for x in results if x[0] == "weights")
+def test_two_ranks_agree_and_match_one_process_with_both_batches(data_dir):  # noqa: F811
+    results = run_two_ranks(data_dir)
+    for optimizer in ("sgd", "adam"):  # after every update, both ranks hold identical weights
+        flags = [x[3] for x in results if x[0] == optimizer and x[1] != "weights"]
+        assert len(flags) == 2 * UPDATES and all(flags), optimizer
+    ddp = next(x[2] for x in results if x[0] == "sgd" and x[1] == "weights")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        initial = {k: v.clone() for k, v in make(data_dir, "sgd", 0, 1)[0].state_dict().items()}
         model, stepper, plan, tb = make(data_dir, "sgd", 0, 1)
         for u in range(UPDATES):
             stepper.update([tb.make(plan[2 * u]), tb.make(plan[2 * u + 1])], u + 1)
@@ -89,17 +93,5 @@ def test_two_ranks_match_one_process_with_both_batches(data_dir):  # noqa: F811
     moved = 0.0
     for name, value in model.state_dict().items():
         torch.testing.assert_close(torch.from_numpy(ddp[name]), value, rtol=1e-4, atol=1e-5, msg=name)
-        moved = max(moved, (value - make_initial(data_dir)[name]).abs().max().item())
+        moved = max(moved, (value - initial[name]).abs().max().item())
     assert moved > 1e-2  # the updates were real
-
-
-def make_initial(data_dir, _cache={}):  # noqa: B006
-    if "w" not in _cache:
-        _cache["w"] = make(data_dir, "sgd", 0, 1)[0].state_dict()
-    return _cache["w"]
-
-
-def test_adam_ranks_hold_identical_weights_after_each_update(data_dir):  # noqa: F811
-    results = run_two_ranks(data_dir, "adam")
-    flags = [x[2] for x in results if x[0] != "weights"]
-    assert len(flags) == 2 * UPDATES and all(flags)

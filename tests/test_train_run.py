@@ -186,3 +186,11 @@ def test_nonfinite_losses_skip_updates_then_stop_with_a_message(data_dir, tmp_pa
     with pytest.raises(TrainingStopped, match="not finite for 3 updates in a row"):
         train_in_process(config)
     assert [r["in_a_row"] for r in metrics(tmp_path / "run", "nonfinite")] == [1, 2, 3]
+
+
+def test_resume_refuses_a_changed_model_config(data_dir, tmp_path, capsys):
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=2)
+    train_in_process(config)
+    assert cli_main(["train", str(config), "--resume", "--set", "model.d_ff=128"]) == 2
+    err = capsys.readouterr().err
+    assert "d_ff = 128 (checkpoint: 256)" in err and "step_00000002" in err

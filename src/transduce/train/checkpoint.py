@@ -101,10 +101,13 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: to
         save_file({**tensors, **rng_tensors}, str(tmp / OPTIM))
         (tmp / STATE).write_text(json.dumps({**state, "optimizer": optim_meta, "rng": rng_meta}) + "\n")
         _fsync_tree(tmp)
-        if directory.exists():
-            shutil.rmtree(directory)  # only `best/` is ever rewritten; step dirs are unique
+        old = directory.with_name(f".{directory.name}.old")
+        if directory.exists():  # only `best/` is ever rewritten; step dirs are unique
+            shutil.rmtree(old, ignore_errors=True)
+            os.rename(directory, old)
         os.rename(tmp, directory)
         _fsync_dir(directory.parent)
+        shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -19,6 +19,7 @@ class RunLog:
         self.enabled, self.log_every, self.total = enabled, log_every, total_steps
         self.bar = self.writer = self.jsonl = None
         self.window_tokens, self.window_start = 0, time.perf_counter()
+        self.start_step, self.start_time = start_step, time.perf_counter()
         if not enabled:
             return
         self.jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
@@ -60,8 +61,10 @@ class RunLog:
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{stats.loss:.3f}", lr=f"{stats.lr:.2e}", tok_s=f"{speed:.0f}")
         else:
+            per_step = (time.perf_counter() - self.start_time) / max(step - self.start_step, 1)
+            eta = int(per_step * (self.total - step))
             self.message(f"step {step}/{self.total}  loss {stats.loss:.4f}  nll {stats.nll:.4f}  "
-                         f"lr {stats.lr:.3e}  {speed:.0f} tgt tok/s")
+                         f"lr {stats.lr:.3e}  {speed:.0f} tgt tok/s  ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}")
         self.window_tokens, self.window_start = 0, time.perf_counter()
 
     def message(self, text: str) -> None:

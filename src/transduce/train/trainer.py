@@ -14,6 +14,7 @@ with bit-identical weights.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import to_toml_text
+from ..config import ConfigError, to_toml_text
 from ..data.batching import TokenBatches
 from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
@@ -80,6 +81,8 @@ class Trainer:
         self.step, self.epoch, self.index, self.elapsed = 0, 1, 0, 0.0
         self.nonfinite_run = self.nonfinite_total = self.bad_validations = 0
         self.best: dict[str, Any] | None = None
+        self.resumed_from: Path | None = None
+        self._plan_epoch, self._plan_cache = None, []
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed + 1 + self.ctx.rank)  # dropout differs across ranks
@@ -92,6 +95,12 @@ class Trainer:
         found = ckpt.list_checkpoints(self.ckpt_dir)
         if not found:
             return
+        state = json.loads((found[-1] / ckpt.STATE).read_text())
+        changed = {k: (v, state["model_config"].get(k)) for k, v in self.model_cfg.to_dict().items()
+                   if state["model_config"].get(k) != v}
+        if changed:
+            raise ConfigError(f"{found[-1]}: the [model] config differs from the checkpoint's: "
+                              + ", ".join(f"{k} = {new!r} (checkpoint: {old!r})" for k, (new, old) in changed.items()))
         state = ckpt.load_checkpoint(found[-1], self.model, self.optimizer)
         if state["world_size"] != self.ctx.world_size:
             raise ValueError(f"{found[-1]}: written by {state['world_size']} processes, resumed with "
@@ -138,7 +147,7 @@ class Trainer:
         return out
 
     def _plan(self) -> list:
-        if getattr(self, "_plan_epoch", None) != self.epoch:
+        if self._plan_epoch != self.epoch:
             self._plan_epoch, self._plan_cache = self.epoch, self.batches.indices(self.epoch)
         return self._plan_cache
 
@@ -146,7 +155,7 @@ class Trainer:
     def train(self) -> Path:
         cfg, main = self.cfg, self.ctx.is_main
         log = RunLog(self.run_dir, main, cfg.max_steps, self.step, cfg.log_every, cfg.tensorboard)
-        if hasattr(self, "resumed_from"):
+        if self.resumed_from is not None:
             log.message(f"resumed from {self.resumed_from} (step {self.step}, epoch {self.epoch})")
         bleu = bleu_hook(self.valid, self.data.vocabs, cfg.bleu_sentences, cfg.bleu_beam, self.device) \
             if self.valid is not None and main else None
