@@ -81,7 +81,7 @@ def model_dot_stats(model, vocab, sentences: list[str]) -> list[dict[str, float]
         key_mask = real[:, None, None, :].expand_as(dots)
         qr, kr = q.transpose(1, 2)[real], k.transpose(1, 2)[real]  # (tokens, h, d_k)
         e_u, j_u = softmax_stats(dots, key_mask)
-        e_s, j_s = softmax_stats(dots * attn.scale if attn.scale != 1.0 else dots / math.sqrt(attn.d_k), key_mask)
+        e_s, j_s = softmax_stats(dots / math.sqrt(attn.d_k), key_mask)
         stats.append({"variance": dots[pair].var().item(),
                       "predicted": attn.d_k * qr.var().item() * kr.var().item(),
                       "entropy_unscaled": e_u, "jacobian_unscaled": j_u, "entropy_scaled": e_s, "jacobian_scaled": j_s,
@@ -113,10 +113,10 @@ def plot_scaling(random: dict, out: str | Path, model_stats: list[dict] | None =
         a.bar(layers - 0.2, get("variance"), 0.4, label="measured var(q·k)")
         a.bar(layers + 0.2, get("predicted"), 0.4, label="d_k·var(q_i)·var(k_i)")
         a.axhline(dk, color="k", ls="--", label=f"d_k = {dk}")
-        b.plot(layers, get("entropy_scaled"), "o-", label="scaled (the model)")
+        b.plot(layers, get("entropy_scaled"), "o-", label="scaled (÷√d_k, the paper)")
         b.plot(layers, get("entropy_unscaled"), "s-", label="same q, k unscaled")
         b.plot(layers, get("max_entropy"), "k:", label="uniform over the sentence")
-        c.plot(layers, get("jacobian_scaled"), "o-", label="scaled (the model)")
+        c.plot(layers, get("jacobian_scaled"), "o-", label="scaled (÷√d_k, the paper)")
         c.plot(layers, get("jacobian_unscaled"), "s-", label="same q, k unscaled")
         for ax, ylabel in ((a, "variance of q·k"), (b, "entropy (nats)"), (c, "‖∂softmax/∂scores‖_F")):
             ax.set(xlabel="encoder layer", ylabel=ylabel, xticks=layers)
