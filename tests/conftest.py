@@ -8,6 +8,8 @@ badly but not randomly (short, fluent-ish German), which is what decoding, visua
 serving tests need. Skipped with a reason when Multi30k is absent. About 40 s of one core when
 the machine is idle; set TRANSDUCE_TEST_CACHE=DIR to keep the model across test sessions
 (delete DIR after changing this recipe).
+
+``tiny_translator`` (session scope): that model loaded as a :class:`transduce.decode.translator.Translator`.
 """
 
 from __future__ import annotations
@@ -101,3 +103,12 @@ def tiny_model_dir(tmp_path_factory) -> Path:
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_translator(tiny_model_dir):
+    """``transduce.load(tiny_model_dir)`` (fp32, CPU), with torch set to one thread (bit-exact decoding)."""
+    from transduce.api import load
+
+    torch.set_num_threads(1)
+    return load(tiny_model_dir)

@@ -15,10 +15,9 @@ from transduce.decode import search, translator as translator_mod
 N = 48
 
 
-@pytest.fixture(scope="module")
-def translator(tiny_model_dir):
-    torch.set_num_threads(1)
-    return load(tiny_model_dir)
+@pytest.fixture
+def translator(tiny_translator):
+    return tiny_translator
 
 
 @pytest.fixture(scope="module")

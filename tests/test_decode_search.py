@@ -6,16 +6,14 @@ import pytest
 import torch
 
 from conftest import read_multi30k
-from transduce.api import load
 from transduce.decode.ensemble import Ensemble
 from transduce.decode.search import SampleConfig, beam_search, greedy, length_penalty
 from transduce.decode.translator import Translator
 
 
-@pytest.fixture(scope="module")
-def translator(tiny_model_dir):
-    torch.set_num_threads(1)
-    return load(tiny_model_dir)
+@pytest.fixture
+def translator(tiny_translator):
+    return tiny_translator
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +84,7 @@ def _textbook_beam(model, src_row, beam, alpha, limit):
             break
         best = max(score for _, score in live)
         bound = max(best / length_penalty(t + 2, alpha), best / length_penalty(limit + 1, alpha))
-        if bound <= finished[0][0] if finished else False:
+        if finished and bound <= finished[0][0]:
             break
     return finished[0]
 

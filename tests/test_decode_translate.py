@@ -8,13 +8,12 @@ import sys
 import pytest
 
 from conftest import read_multi30k
-from transduce.api import load
 from transduce.cli import main
 
 
-@pytest.fixture(scope="module")
-def translator(tiny_model_dir):
-    return load(tiny_model_dir)
+@pytest.fixture
+def translator(tiny_translator):
+    return tiny_translator
 
 
 @pytest.fixture(scope="module")
