@@ -166,6 +166,7 @@ def run_recipe(recipe: Recipe, resume: bool = False) -> dict[str, Any]:
     from .data import PreparedData
     from .evaluate import evaluate_model
     from .train.average import average
+    from .train.checkpoint import list_checkpoints
 
     recipe.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"recipe": str(recipe.path), "machine": machine(), "seed": recipe.recipe.seed}
@@ -181,9 +182,14 @@ def run_recipe(recipe: Recipe, resume: bool = False) -> dict[str, Any]:
     results["train"] = _train_summary(recipe.out / "run")
 
     candidates = {"final": recipe.out / "run" / "model"}
-    if recipe.average.last > 1:
-        _stage("average", f"transduce average {recipe.out / 'run'} --last {recipe.average.last}")
-        candidates["averaged"] = average(recipe.out / "run", recipe.average.last, recipe.out / "averaged")
+    available = len(list_checkpoints(recipe.out / "run" / "checkpoints"))
+    last = min(recipe.average.last, available)
+    if last < recipe.average.last:
+        print(f"only {available} checkpoints were written; averaging {last}, not {recipe.average.last}")
+    results["averaged_checkpoints"] = last if last > 1 else 0
+    if last > 1:
+        _stage("average", f"transduce average {recipe.out / 'run'} --last {last}")
+        candidates["averaged"] = average(recipe.out / "run", last, recipe.out / "averaged")
 
     data = PreparedData.open(recipe.data_dir)
     ev = recipe.evaluate
