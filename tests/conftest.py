@@ -31,6 +31,11 @@ TINY_BATCH = 64  # sentences per step
 TINY_SEED = 1
 TINY_MAX_POSITIONS = 128  # Multi30k sentences are far shorter; keeps overlong-input tests cheap
 
+# `make test` runs two pytest-xdist workers on two cores: one intra-op thread each. Two threads per
+# worker oversubscribe the cores, and tiny models then run up to ~20x slower. Tests that need more
+# threads (or spawn processes) set their own.
+torch.set_num_threads(1)
+
 
 def read_multi30k(split: str, lang: str, limit: int | None = None) -> list[str]:
     """Lines of ``{split}.{lang}.gz`` from the shared Multi30k copy (skips the test if absent)."""

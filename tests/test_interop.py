@@ -32,15 +32,6 @@ def read_lines(split: str, lang: str, n: int) -> list[str]:
         return [next(f).strip() for _ in range(n)]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Two shared cores: intra-op threads fighting each other make tiny models ~20x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def corpus():
     if not (DATA / "train.en.gz").is_file():

@@ -26,14 +26,6 @@ from transduce.serve import server as srv  # noqa: E402
 from transduce.serve.server import Settings, create_app  # noqa: E402
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def translator(tiny_model_dir):
     return load(tiny_model_dir)
