@@ -123,8 +123,10 @@ def test_sigkill_and_resume_is_bit_identical(data_dir, tmp_path):
         got = load_file(str(tmp_path / "kill/checkpoints/step_00000008" / name))
         assert ref.keys() == got.keys()
         assert all(torch.equal(ref[k], got[k]) for k in ref), name
-    assert (tmp_path / "ref/model/model.safetensors").read_bytes() == \
-        (tmp_path / "kill/model/model.safetensors").read_bytes()
+    # the final model directories hold the same tensors (the files' bytes can differ: safetensors writes
+    # its map of tied names in set order, which depends on each process's PYTHONHASHSEED)
+    ref, got = (load_file(str(tmp_path / run / "model/model.safetensors")) for run in ("ref", "kill"))
+    assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
 
 
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):

@@ -1,6 +1,7 @@
 """Training speed on real batches: ``python -m transduce.train.bench DATA_DIR --preset small --dtype bf16``.
 
-Times ``--steps`` updates after ``--warmup`` untimed ones and prints target tokens per second;
+Times ``--steps`` updates after ``--warmup`` untimed ones and prints target tokens per wall-clock second
+and per ``threads`` CPU-seconds (the process's CPU time, a steadier figure on a shared machine);
 ``--profile`` prints torch.profiler's table of one update instead.
 """
 
@@ -57,14 +58,16 @@ def main(argv: list[str] | None = None) -> None:
             stepper.update([timed[0]], 100)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
         return
-    tokens, seconds = 0, 0.0
+    tokens, seconds, cpu = 0, 0.0, 0.0
     for i, batch in enumerate(timed):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         tokens += stepper.update([batch], 100 + i).tokens
         seconds += time.perf_counter() - start
+        cpu += time.process_time() - start_cpu
     print(f"{args.preset} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}: "
-          f"{tokens / seconds:.0f} target tokens/s ({len(timed)} updates of ~{tokens // len(timed)} tokens, "
-          f"{seconds:.1f} s; adam={args.adam} sdpa={args.sdpa})")
+          f"{tokens / seconds:.0f} target tokens/s wall, {tokens / cpu * args.threads:.0f} per {args.threads} "
+          f"CPU-seconds ({len(timed)} updates of ~{tokens // len(timed)} tokens, {seconds:.1f} s; "
+          f"adam={args.adam} sdpa={args.sdpa})")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
 """A cheaper dropout for training on CPU (§5.4's residual dropout, same distribution).
 
-Profiling a ``small`` bf16 step showed ``nn.Dropout`` spending much of its time generating the mask.
-:class:`FastDropout` draws the mask with one in-place ``bernoulli_`` in the activation's own dtype
-(bf16 under autocast) and multiplies once; measured ≈ 2.5× faster than ``F.dropout`` on the mask
-alone (see the report in issue 4). Same keep probability 1 − p and the same 1/(1 − p) rescaling.
+Profiling a ``small`` bf16 step showed ``nn.Dropout`` spending much of its time generating the mask:
+one Bernoulli draw (a 32-bit random number and a float compare) per element. :class:`FastDropout`
+draws 64-bit random integers instead (``random_``, one generator call each) and reads each as four
+16-bit chunks, of which the low 15 bits are uniform: an element is kept when u15 ≥ round(p·32768).
+The drop probability is p rounded to a multiple of 1/32768 (|error| < 1.6e-5); survivors are scaled
+by 1/(1 − p) as in ``F.dropout``. Measured on one thread, forward + backward of a (180, 22, 128) bf16
+activation: ≈ 2.5 ms instead of ≈ 5.7 ms for ``F.dropout`` (see the issue 4 report). The generator is
+torch's CPU generator, so checkpoints that save its state resume the same masks.
 
 :func:`use_fast_dropout` swaps every ``nn.Dropout`` of a model in place. Dropout modules hold no
 parameters, so checkpoints and model directories are unchanged.
@@ -11,6 +15,8 @@ parameters, so checkpoints and model directories are unchanged.
 
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -24,9 +30,16 @@ class FastDropout(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
-        keep = 1.0 - self.p
-        mask = x.new_empty(x.shape).bernoulli_(keep).mul_(1.0 / keep)  # same shape and dtype as x
-        return x * mask
+        if x.device.type != "cpu":
+            return F.dropout(x, self.p, training=True)  # GPU dropout is already cheap
+        keep = self.keep_mask(x.numel()).view(x.shape)  # bool, like x
+        return (x * keep).mul_(1.0 / (1.0 - self.p))
+
+    def keep_mask(self, n: int) -> Tensor:
+        """(n,) bool, each False with probability round(p·32768)/32768, from ⌈n/4⌉ 64-bit draws."""
+        words = torch.empty((n + 3) // 4, dtype=torch.int64).random_()  # 63 random bits each
+        u15 = words.view(torch.int16)[:n] & 0x7FFF  # (n,) uniform in [0, 32767]
+        return u15 >= round(self.p * 32768)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
