@@ -181,6 +181,14 @@ def quick_model(data, preset: str, steps: int, out: Path):
     return out
 
 
+def describe(meta: dict) -> str:
+    """What the model directory's [meta] says about how the model was trained."""
+    if "bench" in meta:
+        return meta["bench"]
+    known = [f"{k} {meta[k]}" for k in ("trained_by", "steps", "final_loss") if k in meta]
+    return ", ".join(known) or "given with --decode-model"
+
+
 def run_engine(engine: str, model_dir: Path, exports: Path, sources: Path, batch: int, threads: int) -> dict:
     cmd = [sys.executable, str(Path(__file__)), "worker", engine, "--model", str(model_dir), "--exports", str(exports),
            "--sources", str(sources), "--batch", str(batch), "--threads", str(threads)]
@@ -238,7 +246,7 @@ def part_decode(args, data) -> str:
                             "vs HF generate", "best hyp = transduce fp32"], rows)
     meta = load_model_dir(model_dir)[2]
     return (f"### Decoding, beam 4\n\nModel `{model_dir.relative_to(ROOT) if model_dir.is_relative_to(ROOT) else model_dir}`"
-            f" ({meta.get('bench', 'given with --decode-model')}); Multi30k test_2016_flickr en→de, first "
+            f" ({describe(meta)}); Multi30k test_2016_flickr en→de, first "
             f"{args.decode_sentences} sentences at batch 64 and {args.decode_sentences_batch1} at batch 1; median of "
             f"{args.decode_repeats} alternating runs, each engine in its own process (peak RSS = that process's "
             "VmHWM, model load included). Length penalty 0, max length |x| + 50. Tokens = output tokens + eos. "

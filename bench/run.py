@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,9 +37,22 @@ def header(args: argparse.Namespace, title: str) -> str:
     command = "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"## {title}\n\n`{command}`\n\n{machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+            f"transduce at {revision()}, "
             f"{when}, 1-min load average at start {load_average()}"
             + (" — **a shared machine: absolute figures are noisy, read the ratios**" if args.shared else "")
             + "\n\n")
+
+
+def revision() -> str:
+    """The commit measured, and the package files that differed from it (others edit the tree meanwhile)."""
+    git = ["git", "-C", str(ROOT)]
+    try:
+        head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(git + ["status", "--porcelain", "--", "src"], capture_output=True, text=True).stdout
+    except OSError:
+        return "unknown revision"
+    changed = [line[3:] for line in dirty.splitlines()]
+    return f"`{head}`" + (f" + uncommitted changes to {len(changed)} file(s) under src/" if changed else "")
 
 
 def part_train(args, batches, vocab_size: int) -> str:
@@ -124,7 +138,8 @@ def fairseq_status() -> str:
 
 def compose(out: Path, sections: Path) -> None:
     files = [f for p in PARTS for f in sorted(sections.glob(f"{p}*.md"))]  # train.md, train-paper-base.md, ...
-    body = "\n".join(f.read_text() for f in files)
+    notes = Path(__file__).with_name("notes.md")  # hand-written reading of the latest figures, dated
+    body = "\n".join(f.read_text() for f in files + ([notes] if notes.is_file() else []))
     out.write_text(INTRO + "\n" + body)
 
 
