@@ -179,9 +179,15 @@ def test_average_is_the_tensor_mean_and_keep_last_prunes(data_dir, tmp_path):
 def test_nonfinite_losses_skip_updates_then_stop_with_a_message(data_dir, tmp_path, monkeypatch):
     from transduce.train import step as step_module
 
-    real = step_module.label_smoothed_loss
-    monkeypatch.setattr(step_module, "label_smoothed_loss",
-                        lambda *a, **k: (lambda r: (r[0] * float("nan"), r[1], r[2]))(real(*a, **k)))
+    real = step_module.SmoothedCrossEntropy
+
+    class NaNLoss:
+        @staticmethod
+        def apply(*args):
+            loss, nll = real.apply(*args)
+            return loss * float("nan"), nll
+
+    monkeypatch.setattr(step_module, "SmoothedCrossEntropy", NaNLoss)
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_nonfinite=3)
     from transduce.train.trainer import TrainingStopped
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .distributed import Dist, all_sum, wrap
-from .loss import label_smoothed_loss
+from .loss import SmoothedCrossEntropy
 from .schedule import Schedule, set_lr
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -72,7 +72,8 @@ class TrainingLoss(nn.Module):
         with autocast(self.device, self.dtype), attention_kernel(self.device, self.kernel):
             h = self.model.hidden(src, tgt[:, :-1])  # (B, T-1, d_model)
             logits = self.model.generator(h[keep])  # (N, V) real target positions only
-        return label_smoothed_loss(logits, labels[keep], self.epsilon, self.pad_id)
+        loss, nll = SmoothedCrossEntropy.apply(logits, labels[keep], float(self.epsilon), self.pad_id)
+        return loss, nll.detach(), int(logits.size(0))
 
 
 class Stepper:
