@@ -86,6 +86,7 @@ class Trainer:
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed + 1 + self.ctx.rank)  # dropout differs across ranks
+        self.resume_requested = resume
         if resume:
             self._resume()
         self.stop_reason: str | None = None
@@ -157,6 +158,8 @@ class Trainer:
         log = RunLog(self.run_dir, main, cfg.max_steps, self.step, cfg.log_every, cfg.tensorboard)
         if self.resumed_from is not None:
             log.message(f"resumed from {self.resumed_from} (step {self.step}, epoch {self.epoch})")
+        elif self.resume_requested:
+            log.message(f"--resume: no checkpoint in {self.ckpt_dir}, starting from step 0")
         bleu = bleu_hook(self.valid, self.data.vocabs, cfg.bleu_sentences, cfg.bleu_beam, self.device) \
             if self.valid is not None and main else None
         if self.valid is None:
