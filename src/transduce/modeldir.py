@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, save_file
 
 from .config import ConfigError, read_toml, to_toml_text
 from .data.vocab import Vocabs
@@ -41,6 +41,45 @@ def check_vocab_matches(config: ModelConfig, vocabs: Vocabs, where: str) -> None
         raise ConfigError(f"{where}: tie_embeddings='all' needs one shared vocabulary, found separate ones")
 
 
+def tied_groups(model: torch.nn.Module) -> list[list[str]]:
+    """State-dict names grouped by the tensor they name (tied weights share a group), in module order."""
+    groups: dict[tuple, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault((tensor.data_ptr(), tuple(tensor.shape)), []).append(name)
+    return list(groups.values())
+
+
+def save_weights(model: torch.nn.Module, path: str | Path) -> None:
+    """Safetensors with each tied tensor stored once, under its first name: byte-identical for equal weights."""
+    state = model.state_dict()
+    save_file({group[0]: state[group[0]].contiguous() for group in tied_groups(model)}, str(path),
+              metadata={"format": "pt"})
+
+
+def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.device = "cpu") -> None:
+    """Load :func:`save_weights` output (or any file naming each tied group once) into ``model``.
+
+    Raises :class:`ConfigError` naming the file if a tensor is missing, unexpected or misshapen.
+    """
+    tensors = load_file(str(path), device=str(device))
+    state = model.state_dict()
+    found: dict[str, torch.Tensor] = {}
+    for group in tied_groups(model):
+        present = [name for name in group if name in tensors]
+        if not present:
+            raise ConfigError(f"{path}: missing tensor {group[0]!r}")
+        found[group[0]] = tensors[present[0]]
+    named = {name for group in tied_groups(model) for name in group}
+    unexpected = sorted(set(tensors) - named)
+    if unexpected:
+        raise ConfigError(f"{path}: unexpected tensors {unexpected} (a different model config?)")
+    for name, tensor in found.items():
+        if tensor.shape != state[name].shape:
+            raise ConfigError(f"{path}: tensor {name!r} has shape {tuple(tensor.shape)}, "
+                              f"the config needs {tuple(state[name].shape)}")
+    model.load_state_dict(found, strict=False)
+
+
 def save_model_dir(directory: str | Path, model: Transformer, vocabs: Vocabs, meta: dict[str, Any] | None = None,
                    state_dict: dict[str, torch.Tensor] | None = None) -> Path:
     """Write ``model`` (or ``state_dict`` loaded into a copy of it) atomically to ``directory``."""
@@ -51,7 +90,7 @@ def save_model_dir(directory: str | Path, model: Transformer, vocabs: Vocabs, me
         if state_dict is not None:
             model = Transformer(model.config)
             model.load_state_dict(state_dict)
-        save_model(model, str(tmp / WEIGHTS))
+        save_weights(model, tmp / WEIGHTS)
         meta_table = {k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in (meta or {}).items()}
         text = model.config.to_toml() + "\n" + to_toml_text({"meta": meta_table} if meta_table else {})
         (tmp / CONFIG).write_text(text)
@@ -92,9 +131,7 @@ def load_model_dir(directory: str | Path, device: str | torch.device = "cpu"
     if not weights.is_file():
         raise FileNotFoundError(f"{weights}: missing weights")
     model = Transformer(config)
-    missing, unexpected = load_model(model, str(weights), strict=False, device=str(device))
-    if missing or unexpected:
-        raise ConfigError(f"{weights}: weights do not match the config (missing {missing}, unexpected {unexpected})")
+    load_weights(model, weights)
     return model.to(device).eval(), vocabs, meta
 
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors.torch import load_file, save_file
 
-from ..modeldir import _fsync_tree
+from ..modeldir import _fsync_tree, load_weights, save_weights
 
 MODEL, OPTIM, STATE = "model.safetensors", "optimizer.safetensors", "state.json"
 
@@ -95,7 +95,7 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: to
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
-        save_model(model, str(tmp / MODEL))
+        save_weights(model, tmp / MODEL)
         tensors, optim_meta = optimizer_tensors(optimizer)
         rng_tensors, rng_meta = rng_state()
         save_file({**tensors, **rng_tensors}, str(tmp / OPTIM))
@@ -122,10 +122,7 @@ def load_checkpoint(directory: str | Path, model: torch.nn.Module,
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory / name}: missing checkpoint file")
     state = json.loads((directory / STATE).read_text())
-    missing, unexpected = load_model(model, str(directory / MODEL), strict=False)
-    if missing or unexpected:
-        raise ValueError(f"{directory / MODEL}: weights do not match the model "
-                         f"(missing {missing}, unexpected {unexpected})")
+    load_weights(model, directory / MODEL)
     if optimizer is not None or restore_rng:
         tensors = load_file(str(directory / OPTIM))
         if optimizer is not None:
