@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 JOBS ?= 2
 
-.PHONY: setup test demo multi30k clean
+.PHONY: setup test demo multi30k bench clean
 # demo training budget in minutes (the issue: at most 15); e.g. `make demo DEMO_MINUTES=3`
 DEMO_MINUTES ?= 15
 # Multi30k target language (de or fr) and seed
@@ -35,6 +35,10 @@ demo: $(STAMP)
 multi30k: $(STAMP)
 	$(VENV)/bin/transduce recipe configs/multi30k-en-de.toml --set prepare.tgt='"$(LANG_TGT)"' \
 		--set recipe.out='"runs/multi30k-en-$(LANG_TGT)-seed$(SEED)"' --set recipe.seed=$(SEED)
+
+# Side-by-side benchmarks (issue 8): about an hour on an idle machine; not part of `make test`
+bench: $(STAMP)
+	$(PY) bench/run.py --out BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache
