@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from ..config import read_toml
 from ..data.vocab import Vocabs
 from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
@@ -40,6 +41,16 @@ def average_tensors(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {name: (t / len(paths)).to(dtypes[name]) for name, t in total.items()}
 
 
+def run_languages(run_dir: Path) -> dict[str, str]:
+    """src_lang / tgt_lang from the manifest of the run's data directory, if it can still be read."""
+    try:
+        data = read_toml(run_dir / "config.toml")["train"]["data"]
+        manifest = json.loads((Path(data) / "manifest.json").read_text())
+    except (OSError, KeyError, ValueError):  # ConfigError is a ValueError
+        return {}
+    return {key: manifest[key] for key in ("src_lang", "tgt_lang") if key in manifest}
+
+
 def average(run_dir: Path, last: int, out: Path) -> Path:
     if last < 1:
         raise ValueError(f"--last must be at least 1, got {last}")
@@ -59,7 +70,7 @@ def average(run_dir: Path, last: int, out: Path) -> Path:
     if unexpected or any(params[name].data_ptr() not in stored for name in missing):
         raise ValueError(f"{chosen[-1] / MODEL}: weights do not match the model config "
                          f"(missing {missing}, unexpected {unexpected})")
-    meta = {"averaged": [p.name for p in chosen], "steps": state["step"]}
+    meta = {**run_languages(run_dir), "averaged": [p.name for p in chosen], "steps": state["step"]}
     return save_model_dir(out, model, Vocabs.load(run_dir / "vocab"), meta)
 
 
