@@ -169,7 +169,8 @@ def run_recipe(recipe: Recipe, resume: bool = False) -> dict[str, Any]:
     from .train.checkpoint import list_checkpoints
 
     recipe.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"recipe": str(recipe.path), "machine": machine(), "seed": recipe.recipe.seed}
+    results: dict[str, Any] = {"recipe": str(recipe.path), "machine": machine(), "seed": recipe.recipe.seed,
+                               "train_threads": recipe.train.get("threads", torch.get_num_threads())}
     _stage("prepare", " ".join(recipe.prepare.argv(recipe.data_dir)))
     if cli(recipe.prepare.argv(recipe.data_dir)) != 0:
         raise RuntimeError("transduce prepare failed (its message is above)")
@@ -262,7 +263,8 @@ def run(args: argparse.Namespace) -> int:
     m = results["machine"]
     print(f"\n{results_table(results)}\n")
     print(f"chosen on {recipe.evaluate.valid_split}: {results['chosen']}; training {results['train_wall_s']} s "
-          f"wall-clock, {results['train'].get('step', '?')} updates; {m['cpu']}, {m['threads']} threads, "
+          f"wall-clock, {results['train'].get('step', '?')} updates; {m['cpu']}, {results['train_threads']} training "
+          f"thread(s), "
           f"{results['dtype']}, seed {results['seed']}")
     print(f"model: {results['model']}   results: {recipe.out / 'results.json'}")
     sig = next(iter(next(iter(results["scores"].values())).values()))
