@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{results_table(results)}\n")
     m = results["machine"]
     print(f"demo finished in {time.perf_counter() - start:.0f} s ({results['train_wall_s']:.0f} s training, "
-          f"{results['train'].get('step', '?')} updates; {m['cpu']}, {m['threads']} threads, {results['dtype']})")
+          f"{results['train'].get('step', '?')} updates; {m['cpu']}, {results['train_threads']} training thread(s), "
+          f"{results['dtype']})")
     print(f"  model directory : {results['model']}")
     print(f"  metrics         : {out / 'results.json'}, {out / 'run' / 'metrics.jsonl'}, "
           f"TensorBoard: {out / 'run' / 'tensorboard'}")
