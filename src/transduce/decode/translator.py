@@ -130,6 +130,16 @@ class Translator:
 
     # ---------------------------------------------------------------- scoring
     @torch.no_grad()
+    def attention(self, sentence: str, beam: int = 4):
+        """Translate ``sentence`` and return its attention weights (Figures 3–5) with the translation.
+
+        Returns :class:`transduce.viz.attention.AttentionMaps`: ``.translation``, the subword labels and
+        (layers, heads, T_q, T_k) arrays for encoder, decoder and encoder–decoder attention.
+        """
+        from ..viz.attention import sentence_attention
+
+        return sentence_attention(self, sentence, beam=beam)
+
     def reference_nll(self, sources: list[str], references: list[str], batch_tokens: int = 4096,
                       model=None) -> tuple[float, int]:
         """Teacher-forced negative log-likelihood of ``references`` (sum, in nats) and its token
