@@ -196,12 +196,13 @@ def run_recipe(recipe: Recipe, resume: bool = False) -> dict[str, Any]:
     ev = recipe.evaluate
     decode = dict(beam=ev.beam, alpha=ev.alpha, max_len_a=ev.max_len_a, max_len_b=ev.max_len_b)
     scores: dict[str, dict[str, Any]] = {}
+    translators = {}
     for name, directory in candidates.items():
         _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {ev.alpha})")
-        translator = load(directory, dtype=ev.dtype)
-        scores[name] = {ev.valid_split: _score(evaluate_model, translator, data, ev.valid_split, decode)}
+        translators[name] = load(directory, dtype=ev.dtype)
+        scores[name] = {ev.valid_split: _score(evaluate_model, translators[name], data, ev.valid_split, decode)}
     chosen = max(scores, key=lambda n: scores[n][ev.valid_split]["bleu"])
-    translator = load(candidates[chosen], dtype=ev.dtype)
+    translator = translators[chosen]
     for split in ev.test_splits:
         _stage("evaluate", f"{chosen} model on {split}")
         scores[chosen][split] = _score(evaluate_model, translator, data, split, decode, recipe.out / f"{split}.hyp")
