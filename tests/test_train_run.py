@@ -97,6 +97,15 @@ def test_validation_scores_bleu_through_the_translator(data_dir, tmp_path):
     assert "best by valid_bleu" in meta["weights"]
 
 
+def test_linear_schedule_decays_to_zero_at_the_end_of_the_step_budget(data_dir, tmp_path):
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", schedule="linear", warmup=2, max_steps=10,
+                          save_every_steps=1000)
+    train_in_process(config)
+    lrs = [r["lr"] for r in metrics(tmp_path / "run", "train")]
+    assert lrs[:2] == pytest.approx([1.5e-3, 3e-3 * 0.9])  # warm-up, then peak × (1 − 1/10) at update 2
+    assert lrs[-1] == pytest.approx(3e-3 * 0.1) and all(a > b for a, b in zip(lrs[1:], lrs[2:]))
+
+
 def test_sigkill_and_resume_is_bit_identical(data_dir, tmp_path):
     reference = write_config(tmp_path / "ref.toml", data_dir, tmp_path / "ref")
     train_in_process(reference)

@@ -9,7 +9,7 @@ import torch
 
 from transduce.train.dropout import FastDropout, use_fast_dropout
 from transduce.train.loss import label_smoothed_loss
-from transduce.train.schedule import Schedule, inverse_sqrt_lr, rsqrt_lr, set_lr
+from transduce.train.schedule import Schedule, inverse_sqrt_lr, linear_lr, rsqrt_lr, set_lr
 
 
 @pytest.mark.parametrize("step", [1, 10, 3999, 4000, 4001, 20000, 100000])
@@ -31,6 +31,15 @@ def test_inverse_sqrt_warms_up_linearly_then_decays():
     assert inverse_sqrt_lr(2000, 5e-3, 2000) == pytest.approx(5e-3)
     assert inverse_sqrt_lr(8000, 5e-3, 2000) == pytest.approx(2.5e-3)
     assert inverse_sqrt_lr(1, 1.0, 10, init_lr=0.5) == pytest.approx(0.55)
+
+
+def test_linear_warms_up_then_decays_to_zero_with_the_budget():
+    assert linear_lr(5, 1e-3, 10, progress=0.0) == pytest.approx(5e-4)
+    assert linear_lr(10, 1e-3, 10, progress=0.25) == pytest.approx(7.5e-4)
+    assert linear_lr(4, 1e-3, 10, progress=0.5) == pytest.approx(2e-4)  # warm-up ramp × (1 − progress)
+    assert linear_lr(500, 1e-3, 10, progress=1.0) == 0.0
+    assert linear_lr(500, 1e-3, 10, progress=1.3) == 0.0  # never negative
+    assert Schedule("linear", warmup=10, peak_lr=1e-3)(50, 0.5) == pytest.approx(5e-4)
 
 
 def test_schedule_object_and_set_lr():

@@ -34,11 +34,11 @@ class TrainConfig:
     max_tokens: int = 4096
     update_freq: int = 1
     # optimiser and schedule (§5.3)
-    schedule: Literal["rsqrt", "inverse_sqrt"] = "rsqrt"
+    schedule: Literal["rsqrt", "inverse_sqrt", "linear"] = "rsqrt"  # linear: decays to 0 at the budget's end
     warmup: int = 4000
     lr_scale: float = 1.0  # rsqrt: multiplies d_model^-0.5 · min(...)
-    peak_lr: float = 5e-4  # inverse_sqrt: the learning rate reached at the end of warm-up
-    init_lr: float = 0.0  # inverse_sqrt: the learning rate at step 0
+    peak_lr: float = 5e-4  # inverse_sqrt, linear: the learning rate reached at the end of warm-up
+    init_lr: float = 0.0  # inverse_sqrt, linear: the learning rate at step 0
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     adam_eps: float = 1e-9
     weight_decay: float = 0.0

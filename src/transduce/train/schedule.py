@@ -4,6 +4,10 @@
   for ``warmup`` steps, then decay with the inverse square root of the step. Peak at step = warmup.
 * ``inverse_sqrt`` (fairseq): linear warm-up from ``init_lr`` to ``peak_lr`` over ``warmup`` steps, then
   peak_lr · sqrt(warmup / step). Same shape, but the peak is named directly.
+* ``linear`` (budgeted training): linear warm-up to ``peak_lr``, then linear decay to zero at the end of the
+  run's budget. The budget is whichever of ``max_steps`` and ``max_minutes`` runs out first, so the caller
+  passes ``progress`` ∈ [0, 1], the larger of the two fractions used so far. With a wall-clock budget the
+  learning rate depends on elapsed time, so a resumed run is not bit-identical to an uninterrupted one.
 
 Steps count optimizer updates from 1. No LambdaLR: :func:`set_lr` writes the value into every param group
 before each update, so the schedule has no hidden state to checkpoint besides the step number.
@@ -31,20 +35,32 @@ def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int, init_lr: float = 0.0
     return peak_lr * math.sqrt(warmup / step)
 
 
+def linear_lr(step: int, peak_lr: float, warmup: int, progress: float, init_lr: float = 0.0) -> float:
+    """Linear warm-up init_lr → peak_lr over ``warmup`` steps, times (1 − progress) of the budget."""
+    step = max(step, 1)
+    ramp = init_lr + (peak_lr - init_lr) * step / warmup if step < warmup else peak_lr
+    return ramp * max(0.0, 1.0 - progress)
+
+
 @dataclass(frozen=True)
 class Schedule:
-    """One of the two schedules, with its parameters; ``schedule(step)`` gives the learning rate."""
+    """One of the schedules, with its parameters; ``schedule(step, progress)`` gives the learning rate.
 
-    kind: str  # "rsqrt" | "inverse_sqrt"
+    ``progress`` (the fraction of the run's budget used, 0 to 1) matters only to ``linear``.
+    """
+
+    kind: str  # "rsqrt" | "inverse_sqrt" | "linear"
     warmup: int
     d_model: int = 512
     scale: float = 1.0
     peak_lr: float = 5e-4
     init_lr: float = 0.0
 
-    def __call__(self, step: int) -> float:
+    def __call__(self, step: int, progress: float = 0.0) -> float:
         if self.kind == "rsqrt":
             return rsqrt_lr(step, self.d_model, self.warmup, self.scale)
+        if self.kind == "linear":
+            return linear_lr(step, self.peak_lr, self.warmup, progress, self.init_lr)
         return inverse_sqrt_lr(step, self.peak_lr, self.warmup, self.init_lr)
 
 

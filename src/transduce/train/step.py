@@ -92,8 +92,11 @@ class Stepper:
         self.device, self.dtype, self.ctx, self.clip_norm = device, dtype, ctx, clip_norm
         self.scaler = torch.amp.GradScaler("cuda") if dtype == "fp16" else None
 
-    def update(self, batches: list, step: int) -> UpdateStats:
-        """Accumulate gradients over ``batches`` and take update number ``step`` (≥ 1) unless non-finite."""
+    def update(self, batches: list, step: int, progress: float = 0.0) -> UpdateStats:
+        """Accumulate gradients over ``batches`` and take update number ``step`` (≥ 1) unless non-finite.
+
+        ``progress`` is the fraction of the run's budget used before this update (for the ``linear`` schedule).
+        """
         local = sum(b.tgt_tokens for b in batches)
         total = int(all_sum(torch.tensor([float(local)], dtype=torch.float64, device=self.device), self.ctx).item())
         factor = self.ctx.world_size / max(total, 1)
@@ -110,7 +113,7 @@ class Stepper:
                                  torch.tensor(float(n), dtype=torch.float64, device=self.device),
                                  torch.tensor(float(batch.src_tokens), dtype=torch.float64, device=self.device)])
         loss_sum, nll_sum, tokens, src_tokens = all_sum(sums, self.ctx).tolist()
-        lr = self.schedule(step)
+        lr = self.schedule(step, progress)
         stats = UpdateStats(loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), int(tokens), int(src_tokens),
                             lr, math.isfinite(loss_sum))
         if not stats.finite:

@@ -176,7 +176,7 @@ class Trainer:
                 if batches is None:
                     self.stop_reason = f"max_epochs={cfg.max_epochs} reached"
                     break
-                stats = self.stepper.update(batches, self.step + 1)
+                stats = self.stepper.update(batches, self.step + 1, self.progress())
                 if not self._account(stats, log):
                     continue
                 self.step += 1
@@ -206,10 +206,22 @@ class Trainer:
     def _on_signal(self, signum, _frame) -> None:
         self.stop_reason = f"{signal.Signals(signum).name} received"
 
+    def progress(self) -> float:
+        """The fraction of the budget used: the larger of steps / max_steps and elapsed / max_minutes."""
+        used = self.step / self.cfg.max_steps
+        if self.cfg.max_minutes is not None:
+            used = max(used, self.elapsed / (60 * self.cfg.max_minutes))
+        return min(used, 1.0)
+
     def _agree_on_stop(self) -> None:
+        """With several ranks: stop together, and share one elapsed time (the mean), so that a time-based
+        learning rate is the same on every rank."""
         if self.ctx.enabled:
-            flag = torch.tensor([1.0 if self.stop_reason else 0.0], dtype=torch.float64, device=self.device)
-            if all_sum(flag, self.ctx).item() > 0 and self.stop_reason is None:
+            values = torch.tensor([1.0 if self.stop_reason else 0.0, self.elapsed], dtype=torch.float64,
+                                  device=self.device)
+            flag, elapsed = all_sum(values, self.ctx).tolist()
+            self.elapsed = elapsed / self.ctx.world_size
+            if flag > 0 and self.stop_reason is None:
                 self.stop_reason = "another rank stopped"
 
     def _account(self, stats: UpdateStats, log: RunLog) -> bool:
