@@ -127,3 +127,21 @@ def test_closed_form_gradient_equals_autograd_of_the_definition(eps):
     assert loss.item() == pytest.approx(ref.item(), rel=1e-6)
     torch.testing.assert_close(grad, ref_grad.float(), rtol=1e-5, atol=1e-6)
     assert torch.all(grad[~keep] == 0)  # padding positions get no gradient
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_blockwise_loss_does_not_depend_on_the_block_size(dtype):
+    from transduce.train.loss import SmoothedCrossEntropy
+
+    torch.manual_seed(2)
+    z = (torch.randn(23, 41) * 4).to(dtype).requires_grad_()
+    y = torch.randint(1, 41, (23,))
+    results = []
+    for rows in (1, 5, 23, 64):  # one row at a time, several blocks with a remainder, one block, bigger than N
+        loss, nll = SmoothedCrossEntropy.apply(z, y, 0.1, 0, rows)
+        (grad,) = torch.autograd.grad(loss * 2.0, z)
+        assert grad.dtype == dtype
+        results.append((loss.item(), nll.item(), grad))
+    for loss, nll, grad in results[1:]:
+        assert loss == pytest.approx(results[0][0], rel=1e-6) and nll == pytest.approx(results[0][1], rel=1e-6)
+        assert torch.equal(grad, results[0][2])
