@@ -145,3 +145,24 @@ def test_blockwise_loss_does_not_depend_on_the_block_size(dtype):
     for loss, nll, grad in results[1:]:
         assert loss == pytest.approx(results[0][0], rel=1e-6) and nll == pytest.approx(results[0][1], rel=1e-6)
         assert torch.equal(grad, results[0][2])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_projected_loss_equals_projection_then_loss(dtype):
+    """The fused projection + loss gives the loss and the gradients of nn.Linear followed by the loss."""
+    from transduce.train.loss import ProjectedSmoothedCrossEntropy
+
+    torch.manual_seed(3)
+    h = torch.randn(29, 16, requires_grad=True)
+    w = torch.randn(43, 16, requires_grad=True)
+    y = torch.randint(1, 43, (29,))
+    loss, nll = ProjectedSmoothedCrossEntropy.apply(h, w, y, 0.1, 0, dtype, 8)  # 4 blocks, the last of 5 rows
+    gh, gw = torch.autograd.grad(loss * 0.5, (h, w))
+    ref_loss, ref_nll, _ = label_smoothed_loss(h.to(dtype) @ w.to(dtype).t(), y, 0.1)
+    rh, rw = torch.autograd.grad(ref_loss * 0.5, (h, w))
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=tol["rtol"])
+    assert nll.item() == pytest.approx(ref_nll.item(), rel=tol["rtol"])
+    assert gh.dtype == gw.dtype == torch.float32
+    torch.testing.assert_close(gh, rh, **tol)
+    torch.testing.assert_close(gw, rw, **tol)

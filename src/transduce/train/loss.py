@@ -20,6 +20,27 @@ import torch
 from torch import Tensor
 
 
+def _block(block: Tensor, ys: Tensor, epsilon: float, pad_id: int, want_grad: bool) -> tuple[Tensor, Tensor]:
+    """Loss and NLL of each row of an fp32 ``block`` (r, V) of logits with labels ``ys`` (r, 1).
+
+    Works in place: afterwards ``block`` holds ∂loss/∂z = softmax(z) − q when ``want_grad``.
+    """
+    u = epsilon / (block.size(-1) - 1)  # target mass of each non-gold, non-pad token
+    block.sub_(block.amax(-1, keepdim=True))  # max 0; the shift cancels below since the weights sum to 1
+    total = block.sum(-1) - block[:, pad_id]  # (r,) Σ_{v≠pad} z_v
+    gold = block.gather(-1, ys).squeeze(-1)  # (r,)
+    block.exp_()
+    norm = block.sum(-1, keepdim=True)  # (r, 1)
+    lse = norm.log().squeeze(-1)  # (r,)
+    if want_grad:
+        block.div_(norm)  # softmax
+        if epsilon > 0:
+            block.sub_(u)
+            block[:, pad_id] += u
+        block.scatter_add_(-1, ys, block.new_full(ys.shape, -(1 - epsilon)))
+    return lse - (1 - epsilon) * gold - u * total, lse - gold
+
+
 class SmoothedCrossEntropy(torch.autograd.Function):
     """Summed smoothed loss and summed NLL of rows ``z`` (N, V) with labels ``y`` (N,), none of them pad.
 
@@ -31,30 +52,16 @@ class SmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, z: Tensor, y: Tensor, epsilon: float, pad_id: int, rows: int = 32) -> tuple[Tensor, Tensor]:
-        N, V = z.shape
-        u = epsilon / (V - 1)  # target mass of each non-gold, non-pad token
+        N = z.size(0)
         want_grad = ctx.needs_input_grad[0]
         grad = torch.empty_like(z) if want_grad else None  # (N, V)
-        loss_rows = z.new_empty(N, dtype=torch.float32)  # (N,)
-        nll_rows = z.new_empty(N, dtype=torch.float32)  # (N,)
+        loss_rows, nll_rows = z.new_empty(N, dtype=torch.float32), z.new_empty(N, dtype=torch.float32)  # (N,)
         for s in range(0, N, rows):
-            e, ys = min(s + rows, N), y[s:s + rows].unsqueeze(-1)  # ys: (r, 1)
-            block = z[s:e].to(torch.float32, copy=True)  # (r, V), shifted in place so that its maximum is 0
-            block.sub_(block.amax(-1, keepdim=True))
-            total = block.sum(-1) - block[:, pad_id]  # (r,) Σ_{v≠pad} z_v (shift cancels: weights sum to 1)
-            gold = block.gather(-1, ys).squeeze(-1)  # (r,)
-            block.exp_()
-            norm = block.sum(-1, keepdim=True)  # (r, 1)
-            lse = norm.log().squeeze(-1)  # (r,)
-            loss_rows[s:e] = lse - (1 - epsilon) * gold - u * total
-            nll_rows[s:e] = lse - gold
+            block = z[s:s + rows].to(torch.float32, copy=True)  # (r, V)
+            loss_rows[s:s + rows], nll_rows[s:s + rows] = _block(block, y[s:s + rows, None], epsilon, pad_id,
+                                                                 want_grad)
             if want_grad:
-                block.div_(norm)  # softmax
-                if epsilon > 0:
-                    block.sub_(u)
-                    block[:, pad_id] += u
-                block.scatter_add_(-1, ys, block.new_full(ys.shape, -(1 - epsilon)))
-                grad[s:e].copy_(block)
+                grad[s:s + rows].copy_(block)
         if want_grad:
             ctx.save_for_backward(grad)
         return loss_rows.double().sum().float(), nll_rows.double().sum().float()
@@ -63,6 +70,42 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
         (grad,) = ctx.saved_tensors
         return grad * grad_loss.to(grad.dtype), None, None, None, None
+
+
+class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
+    """The pre-softmax projection (§3.4) and the smoothed loss in one: hidden states ``h`` (N, d), the
+    projection ``weight`` (V, d), labels ``y`` (N,), matmuls in ``dtype``.
+
+    Each block of ``rows`` logits is made by a small matmul and turned into its gradient while in cache, so
+    the (N, V) logits are never written out; only their gradient is (in ``dtype``), for the two backward
+    matmuls. The loss's scale (``grad_loss``) multiplies the small (N, d) and (V, d) results, not (N, V).
+    """
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, dtype: torch.dtype,
+                rows: int = 64) -> tuple[Tensor, Tensor]:
+        hc, wc = h.to(dtype), weight.to(dtype)  # (N, d), (V, d)
+        N, want_grad = h.size(0), any(ctx.needs_input_grad[:2])
+        grad = hc.new_empty(N, weight.size(0)) if want_grad else None  # (N, V) ∂loss/∂logits
+        loss_rows, nll_rows = h.new_empty(N, dtype=torch.float32), h.new_empty(N, dtype=torch.float32)  # (N,)
+        for s in range(0, N, rows):
+            block = (hc[s:s + rows] @ wc.t()).float()  # (r, V)
+            loss_rows[s:s + rows], nll_rows[s:s + rows] = _block(block, y[s:s + rows, None], epsilon, pad_id,
+                                                                 want_grad)
+            if want_grad:
+                grad[s:s + rows].copy_(block)
+        if want_grad:
+            ctx.save_for_backward(hc, wc, grad)
+            ctx.dtypes = (h.dtype, weight.dtype)
+        return loss_rows.double().sum().float(), nll_rows.double().sum().float()
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
+        hc, wc, grad = ctx.saved_tensors
+        scale = grad_loss.float()
+        grad_h = (grad @ wc).float().mul_(scale).to(ctx.dtypes[0]) if ctx.needs_input_grad[0] else None  # (N, d)
+        grad_w = (grad.t() @ hc).float().mul_(scale).to(ctx.dtypes[1]) if ctx.needs_input_grad[1] else None  # (V, d)
+        return grad_h, grad_w, None, None, None, None, None
 
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: int = 0

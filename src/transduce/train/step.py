@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .distributed import Dist, all_sum, wrap
-from .loss import SmoothedCrossEntropy
+from .loss import ProjectedSmoothedCrossEntropy
 from .schedule import Schedule, set_lr
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -57,7 +57,9 @@ class TrainingLoss(nn.Module):
     """The model plus its loss, one module so DistributedDataParallel sees the whole forward.
 
     Only non-padding decoder positions go through the pre-softmax projection (``Transformer.hidden``),
-    which saves the largest matmul and softmax on padding. Returns (smoothed_sum, nll_sum, tokens).
+    which saves the largest matmul and softmax on padding; the projection and the loss are one block-wise
+    function (:class:`~transduce.train.loss.ProjectedSmoothedCrossEntropy`), so the (N, V) logits are never
+    stored. Returns (smoothed_sum, nll_sum, tokens).
     """
 
     def __init__(self, model: nn.Module, device: torch.device, dtype: str, epsilon: float, pad_id: int,
@@ -71,9 +73,11 @@ class TrainingLoss(nn.Module):
         keep = labels != self.pad_id  # (B, T-1)
         with autocast(self.device, self.dtype), attention_kernel(self.device, self.kernel):
             h = self.model.hidden(src, tgt[:, :-1])  # (B, T-1, d_model)
-            logits = self.model.generator(h[keep])  # (N, V) real target positions only
-        loss, nll = SmoothedCrossEntropy.apply(logits, labels[keep], float(self.epsilon), self.pad_id)
-        return loss, nll.detach(), int(logits.size(0))
+        rows = 64 if self.device.type == "cpu" else 8192  # CPU: blocks that stay in cache; GPU: few launches
+        loss, nll = ProjectedSmoothedCrossEntropy.apply(h[keep], self.model.generator.weight, labels[keep],
+                                                        float(self.epsilon), self.pad_id,
+                                                        AUTOCAST.get(self.dtype, torch.float32), rows)
+        return loss, nll.detach(), int(keep.sum())
 
 
 class Stepper:
