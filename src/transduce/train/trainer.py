@@ -155,7 +155,8 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def train(self) -> Path:
         cfg, main = self.cfg, self.ctx.is_main
-        log = RunLog(self.run_dir, main, cfg.max_steps, self.step, cfg.log_every, cfg.tensorboard)
+        log = RunLog(self.run_dir, main, cfg.max_steps, self.step, cfg.log_every, cfg.tensorboard,
+                     None if cfg.max_minutes is None else 60 * cfg.max_minutes - self.elapsed)
         if self.resumed_from is not None:
             log.message(f"resumed from {self.resumed_from} (step {self.step}, epoch {self.epoch})")
         elif self.resume_requested:
