@@ -1,6 +1,7 @@
 """``transduce recipe CONFIG.toml``: prepare → train → average → evaluate, driven by one TOML file.
 
     [recipe]    out = "runs/multi30k-en-de"        # everything goes under this directory
+                processes = 2                      # train with DDP in 2 processes (torchrun), else in-process
     [prepare]   corpus, src, tgt, raw | download, vocab_size ... (the flags of `transduce prepare`)
     [train]     TrainConfig keys (data and out are filled in from the recipe)
     [model]     ModelConfig keys or a preset
@@ -19,6 +20,8 @@ import argparse
 import json
 import platform
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +36,11 @@ from .config import ConfigError, build, check, parse_override, read_toml, to_tom
 class RecipeSection:
     out: str = ""
     seed: int = 1
+    processes: int = 1  # > 1: train under torchrun (DistributedDataParallel), [train] threads each
 
     def __post_init__(self) -> None:
         check(bool(self.out), "out", "must name the recipe's output directory")
+        check(self.processes >= 1, "processes", f"must be at least 1, got {self.processes}")
 
 
 @dataclass
@@ -170,15 +175,22 @@ def run_recipe(recipe: Recipe, resume: bool = False) -> dict[str, Any]:
 
     recipe.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"recipe": str(recipe.path), "machine": machine(), "seed": recipe.recipe.seed,
-                               "train_threads": recipe.train.get("threads", torch.get_num_threads())}
+                               "train_threads": recipe.train.get("threads", torch.get_num_threads()),
+                               "train_processes": recipe.recipe.processes}
     _stage("prepare", " ".join(recipe.prepare.argv(recipe.data_dir)))
     if cli(recipe.prepare.argv(recipe.data_dir)) != 0:
         raise RuntimeError("transduce prepare failed (its message is above)")
     train_toml = write_train_config(recipe)
-    _stage("train", f"transduce train {train_toml}" + (" --resume" if resume else ""))
+    argv = ["train", str(train_toml)] + (["--resume"] if resume else [])
+    n = recipe.recipe.processes
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
+                "-m", "transduce"]
+    _stage("train", " ".join((["torchrun", "--standalone", f"--nproc_per_node={n}", "-m"] if n > 1 else [])
+                             + ["transduce", *argv]))
     start = time.perf_counter()
-    if cli(["train", str(train_toml)] + (["--resume"] if resume else [])) != 0:
-        raise RuntimeError("transduce train failed (its message is above)")
+    status = subprocess.run(launcher + argv).returncode if n > 1 else cli(argv)
+    if status != 0:
+        raise RuntimeError(f"transduce train failed with status {status} (its message is above)")
     results["train_wall_s"] = round(time.perf_counter() - start, 1)
     results["train"] = _train_summary(recipe.out / "run")
 
@@ -264,8 +276,8 @@ def run(args: argparse.Namespace) -> int:
     m = results["machine"]
     print(f"\n{results_table(results)}\n")
     print(f"chosen on {recipe.evaluate.valid_split}: {results['chosen']}; training {results['train_wall_s']} s "
-          f"wall-clock, {results['train'].get('step', '?')} updates; {m['cpu']}, {results['train_threads']} training "
-          f"thread(s), "
+          f"wall-clock, {results['train'].get('step', '?')} updates; {m['cpu']}, {results['train_processes']} "
+          f"process(es) x {results['train_threads']} training thread(s), "
           f"{results['dtype']}, seed {results['seed']}")
     print(f"model: {results['model']}   results: {recipe.out / 'results.json'}")
     sig = next(iter(next(iter(results["scores"].values())).values()))

@@ -1,0 +1,83 @@
+"""The recipe end to end on a small Multi30k slice: prepare → train → average → choose on valid → test,
+in-process and under torchrun with two processes (gloo)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import read_multi30k
+from transduce.config import ConfigError
+from transduce.recipe import load_recipe, run_recipe
+
+SIZES = {"train": 1500, "val": 60, "test_2016_flickr": 40}
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory) -> Path:
+    """A Multi30k-shaped directory holding the first lines of each real file."""
+    root = tmp_path_factory.mktemp("m30k-raw")
+    for split, n in SIZES.items():
+        for lang in ("en", "de"):
+            with gzip.open(root / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("\n".join(read_multi30k(split, lang, n)) + "\n")
+    return root
+
+
+def write_recipe(path: Path, raw: Path, out: Path, processes: int) -> Path:
+    path.write_text(f"""
+[recipe]
+out = "{out}"
+processes = {processes}
+[prepare]
+corpus = "multi30k"
+raw = "{raw}"
+vocab_size = 400
+[model]
+preset = "tiny"
+[train]
+max_tokens = 400
+schedule = "linear"
+peak_lr = 0.003
+warmup = 4
+dtype = "bf16"
+threads = 1
+max_steps = 12
+save_every_steps = 3
+validate_every = 6
+bleu_sentences = 20
+tensorboard = false
+[average]
+last = 3
+[evaluate]
+beam = 2
+""")
+    return path
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_recipe_runs_end_to_end_and_chooses_on_valid(raw, tmp_path, processes):
+    out = tmp_path / "out"
+    results = run_recipe(load_recipe(write_recipe(tmp_path / "r.toml", raw, out, processes)))
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["train"]["step"] == 12 and saved["train_processes"] == processes
+    assert saved["averaged_checkpoints"] == 3 and set(saved["scores"]) == {"final", "averaged"}
+    chosen = saved["chosen"]
+    valid = {name: s["valid"]["bleu"] for name, s in saved["scores"].items()}
+    assert valid[chosen] == max(valid.values())
+    assert "test" in saved["scores"][chosen] and all("test" not in s for n, s in saved["scores"].items() if n != chosen)
+    test = saved["scores"][chosen]["test"]
+    assert test["sentences"] == SIZES["test_2016_flickr"] and 0 <= test["tok_lc_bleu"] <= 100
+    assert len((out / "test.hyp").read_text().splitlines()) == SIZES["test_2016_flickr"]
+    assert (out / "model" / "config.toml").is_file() and results["chosen"] == chosen
+
+
+def test_recipe_rejects_unknown_keys_and_bad_values(raw, tmp_path):
+    path = write_recipe(tmp_path / "r.toml", raw, tmp_path / "out", 1)
+    with pytest.raises(ConfigError, match="processes"):
+        load_recipe(path, ["recipe.processes=0"])
+    with pytest.raises(ConfigError, match="vocab_sise"):
+        load_recipe(path, ["prepare.vocab_sise=10"])
