@@ -54,6 +54,7 @@ tensorboard = false
 last = 3
 [evaluate]
 beam = 2
+alpha = [0.0, 0.6, 2.0]
 """)
     return path
 
@@ -72,6 +73,9 @@ def test_recipe_runs_end_to_end_and_chooses_on_valid(raw, tmp_path, processes):
     test = saved["scores"][chosen]["test"]
     assert test["sentences"] == SIZES["test_2016_flickr"] and 0 <= test["tok_lc_bleu"] <= 100
     assert len((out / "test.hyp").read_text().splitlines()) == SIZES["test_2016_flickr"]
+    sweep = saved["alpha_sweep_valid_bleu"][chosen]  # α chosen on valid too, and used on test
+    assert set(sweep) == {"0.0", "0.6", "2.0"} and sweep[str(test["alpha"])] == max(sweep.values())
+    assert saved["decode"]["alpha"] == test["alpha"] == saved["scores"][chosen]["valid"]["alpha"]
     assert (out / "model" / "config.toml").is_file() and results["chosen"] == chosen
 
 
@@ -79,5 +83,20 @@ def test_recipe_rejects_unknown_keys_and_bad_values(raw, tmp_path):
     path = write_recipe(tmp_path / "r.toml", raw, tmp_path / "out", 1)
     with pytest.raises(ConfigError, match="processes"):
         load_recipe(path, ["recipe.processes=0"])
+    with pytest.raises(ConfigError, match="alpha"):
+        load_recipe(path, ["evaluate.alpha=[]"])
     with pytest.raises(ConfigError, match="vocab_sise"):
         load_recipe(path, ["prepare.vocab_sise=10"])
+
+
+def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(raw, tmp_path):
+    out = tmp_path / "out"
+    path = write_recipe(tmp_path / "r.toml", raw, out, 1)
+    with pytest.raises(FileNotFoundError, match="results.json"):
+        run_recipe(load_recipe(path), evaluate_only=True)
+    first = run_recipe(load_recipe(path))
+    again = run_recipe(load_recipe(path, ["evaluate.alpha=1.0", "evaluate.beam=1"]), evaluate_only=True)
+    assert again["train_wall_s"] == first["train_wall_s"] and again["train"] == first["train"]
+    assert again["decode"]["alpha"] == 1.0 and again["decode"]["beam"] == 1
+    assert "alpha_sweep_valid_bleu" not in again
+    assert json.loads((out / "results.json").read_text())["decode"]["beam"] == 1

@@ -9,8 +9,9 @@
     [evaluate]  splits, beam, alpha, ...
 
 ``--set section.key=value`` overrides any key. The averaged model and the trainer's own final model
-(best by validation BLEU) are both scored on the validation split; the better one is the recipe's model,
-and only that one is scored on the test splits (the choice never looks at test data). Results go to
+(best by validation BLEU) are both scored on the validation split (with each length penalty α listed in
+[evaluate] alpha); the better model and α are the recipe's, and only they are scored on the test splits
+(the choice never looks at test data). Results go to
 OUT/results.json and are printed as a table.
 """
 
@@ -92,13 +93,17 @@ class EvaluateSection:
     valid_split: str = "valid"
     test_splits: list[str] = field(default_factory=lambda: ["test"])
     beam: int = 4
-    alpha: float = 0.6
+    alpha: float | list[float] = 0.6  # a list: each is tried on the validation split, the best is used on test
     max_len_a: float = 1.0
     max_len_b: int = 50
     dtype: str = "fp32"
 
     def __post_init__(self) -> None:
         check(self.beam >= 1, "beam", f"must be at least 1, got {self.beam}")
+        alphas = self.alpha if isinstance(self.alpha, list) else [self.alpha]
+        check(len(alphas) > 0 and all(a >= 0 for a in alphas), "alpha",
+              f"must be a non-negative number or a non-empty list of them, got {self.alpha}")
+        self.alphas = [float(a) for a in alphas]
         check(self.dtype in ("fp32", "bf16"), "dtype", f"must be 'fp32' or 'bf16', got {self.dtype!r}")
 
 
@@ -165,18 +170,31 @@ def machine() -> dict[str, Any]:
     return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__}
 
 
-def run_recipe(recipe: Recipe, resume: bool = False) -> dict[str, Any]:
-    from .api import load
-    from .cli import main as cli
-    from .data import PreparedData
-    from .evaluate import evaluate_model
-    from .train.average import average
-    from .train.checkpoint import list_checkpoints
-
+def run_recipe(recipe: Recipe, resume: bool = False, evaluate_only: bool = False) -> dict[str, Any]:
+    """Run the recipe; ``evaluate_only`` re-runs only averaging and evaluation on a finished run (for
+    other [evaluate] settings), keeping the training figures of its results.json."""
     recipe.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"recipe": str(recipe.path), "machine": machine(), "seed": recipe.recipe.seed,
                                "train_threads": recipe.train.get("threads", torch.get_num_threads()),
                                "train_processes": recipe.recipe.processes}
+    if evaluate_only:
+        previous = recipe.out / "results.json"
+        if not previous.is_file():
+            raise FileNotFoundError(f"--evaluate-only: {previous} not found; run the recipe to the end first")
+        old = json.loads(previous.read_text())
+        results.update({k: old[k] for k in ("seed", "train_threads", "train_processes", "train_wall_s", "train")
+                        if k in old})
+    else:
+        _train(recipe, resume, results)
+    _evaluate(recipe, results)
+    (recipe.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _train(recipe: Recipe, resume: bool, results: dict[str, Any]) -> None:
+    """prepare → train (in-process, or under torchrun with [recipe] processes > 1)."""
+    from .cli import main as cli
+
     _stage("prepare", " ".join(recipe.prepare.argv(recipe.data_dir)))
     if cli(recipe.prepare.argv(recipe.data_dir)) != 0:
         raise RuntimeError("transduce prepare failed (its message is above)")
@@ -194,6 +212,15 @@ def run_recipe(recipe: Recipe, resume: bool = False) -> dict[str, Any]:
     results["train_wall_s"] = round(time.perf_counter() - start, 1)
     results["train"] = _train_summary(recipe.out / "run")
 
+
+def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
+    """average → score final and averaged on valid (each α) → the better on the test splits."""
+    from .api import load
+    from .data import PreparedData
+    from .evaluate import evaluate_model
+    from .train.average import average
+    from .train.checkpoint import list_checkpoints
+
     candidates = {"final": recipe.out / "run" / "model"}
     available = len(list_checkpoints(recipe.out / "run" / "checkpoints"))
     last = min(recipe.average.last, available)
@@ -206,25 +233,33 @@ def run_recipe(recipe: Recipe, resume: bool = False) -> dict[str, Any]:
 
     data = PreparedData.open(recipe.data_dir)
     ev = recipe.evaluate
-    decode = dict(beam=ev.beam, alpha=ev.alpha, max_len_a=ev.max_len_a, max_len_b=ev.max_len_b)
+    base = dict(beam=ev.beam, max_len_a=ev.max_len_a, max_len_b=ev.max_len_b)
     scores: dict[str, dict[str, Any]] = {}
+    sweeps: dict[str, dict[str, float]] = {}
     translators = {}
     for name, directory in candidates.items():
-        _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {ev.alpha})")
         translators[name] = load(directory, dtype=ev.dtype)
-        scores[name] = {ev.valid_split: _score(evaluate_model, translators[name], data, ev.valid_split, decode)}
+        tried = {}
+        for alpha in ev.alphas:
+            _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {alpha})")
+            tried[alpha] = _score(evaluate_model, translators[name], data, ev.valid_split, {**base, "alpha": alpha})
+        best = max(tried, key=lambda a: tried[a]["bleu"])  # the first of equals
+        scores[name] = {ev.valid_split: {**tried[best], "alpha": best}}
+        sweeps[name] = {str(a): tried[a]["bleu"] for a in tried}
     chosen = max(scores, key=lambda n: scores[n][ev.valid_split]["bleu"])
+    decode = {**base, "alpha": scores[chosen][ev.valid_split]["alpha"]}
+    if len(ev.alphas) > 1:
+        results["alpha_sweep_valid_bleu"] = sweeps
     translator = translators[chosen]
     for split in ev.test_splits:
         _stage("evaluate", f"{chosen} model on {split}")
-        scores[chosen][split] = _score(evaluate_model, translator, data, split, decode, recipe.out / f"{split}.hyp")
+        scores[chosen][split] = {**_score(evaluate_model, translator, data, split, decode, recipe.out / f"{split}.hyp"),
+                                 "alpha": decode["alpha"]}
     model_dir = recipe.out / "model"
     shutil.rmtree(model_dir, ignore_errors=True)
     shutil.copytree(candidates[chosen], model_dir)
     results.update({"chosen": chosen, "model": str(model_dir), "scores": scores, "decode": decode,
                     "dtype": recipe.train.get("dtype", "fp32")})
-    (recipe.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    return results
 
 
 def _score(evaluate_model, translator, data, split: str, decode: dict, hyp_path: Path | None = None) -> dict:
@@ -256,10 +291,11 @@ def _stage(name: str, what: str) -> None:
 
 
 def results_table(results: dict[str, Any]) -> str:
-    rows = ["| model | split | tok-lc BLEU | sacreBLEU | chrF | ref. ppl | decode s |", "|---|---|---|---|---|---|---|"]
+    rows = ["| model | split | α | tok-lc BLEU | sacreBLEU | chrF | ref. ppl | decode s |",
+            "|---|---|---|---|---|---|---|---|"]
     for name, splits in results["scores"].items():
         for split, s in splits.items():
-            rows.append(f"| {name} | {split} | {s['tok_lc_bleu']:.2f} | {s['bleu']:.2f} | {s['chrf']:.2f} | "
+            rows.append(f"| {name} | {split} | {s['alpha']} | {s['tok_lc_bleu']:.2f} | {s['bleu']:.2f} | {s['chrf']:.2f} | "
                         f"{s.get('ref_perplexity', float('nan')):.2f} | {s['decode_wall_s']} |")
     return "\n".join(rows)
 
@@ -268,11 +304,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", type=Path, help="a recipe TOML file (see configs/)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a key")
     p.add_argument("--resume", action="store_true", help="continue the run's training from its last checkpoint")
+    p.add_argument("--evaluate-only", action="store_true",
+                   help="a finished run: average and evaluate again (e.g. with other [evaluate] settings)")
 
 
 def run(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.config, args.set)
-    results = run_recipe(recipe, resume=args.resume)
+    results = run_recipe(recipe, resume=args.resume, evaluate_only=args.evaluate_only)
     m = results["machine"]
     print(f"\n{results_table(results)}\n")
     print(f"chosen on {recipe.evaluate.valid_split}: {results['chosen']}; training {results['train_wall_s']} s "
