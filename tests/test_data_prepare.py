@@ -195,6 +195,34 @@ def test_vocab_round_trip_shared_and_separate(tmp_path):
     assert (again / "vocab/shared.model").read_bytes() == (tmp_path / "outTrue/vocab/shared.model").read_bytes()
 
 
+@need_multi30k
+def test_lowercase_vocab_round_trip_and_cache_key(tmp_path, capsys):
+    src, tgt = real_slice(tmp_path, 400)
+    base = ["files", "--src-file", src, "--tgt-file", tgt, "--src-lang", "en", "--tgt-lang", "de", "--vocab-size", 500]
+    cased, lower = tmp_path / "cased", tmp_path / "lower"
+    assert prepare(*base, "--out", cased) == 0 and prepare(*base, "--out", lower, "--lowercase") == 0
+    assert "shared, lowercasing" in capsys.readouterr().out
+    data = PreparedData.open(lower)
+    assert data.vocabs.lowercase and not PreparedData.open(cased).vocabs.lowercase
+    assert data.manifest["settings"]["lowercase"] is True
+    assert "lowercase" not in PreparedData.open(cased).manifest["settings"]  # older directories keep their key
+    train = data.split("train")
+    assert any(c.isupper() for c in train.tgt_text(0))  # the text files keep the original case ...
+    for i in range(0, len(train), 7):  # ... the model's ids are of the lowercased text
+        assert data.vocabs.tgt.decode(train.tgt[i]) == train.tgt_text(i).lower()
+    assert data.vocabs.tgt.encode("Straße IN Köln") == data.vocabs.tgt.encode("straße in köln")  # lower(), not casefold
+    assert "ß" in data.vocabs.tgt.decode(data.vocabs.tgt.encode("Straße"))
+    data.vocabs.save(tmp_path / "copy")
+    assert Vocabs.load(tmp_path / "copy").lowercase
+    assert prepare(*base, "--out", lower) == 0 and "built" in capsys.readouterr().err  # the setting is in the key
+    from transduce.interop.marian import export_marian
+    from transduce.model import ModelConfig, Transformer
+
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=len(data.vocabs.src)))
+    with pytest.raises(ValueError, match="lowercases its input"):  # MarianTokenizer could not lowercase
+        export_marian(model, data.vocabs, tmp_path / "hf")
+
+
 def test_files_splits_tsv_and_manifest(tmp_path, capsys):
     train = tmp_path / "train.tsv"
     train.write_text("".join(f"the cat {i}\tdie Katze {i}\n" for i in range(30)))

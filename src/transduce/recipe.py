@@ -53,6 +53,7 @@ class PrepareSection:
     download: bool = False
     vocab_size: int = 8000
     separate_vocab: bool = False
+    lowercase: bool = False  # the model sees lowercased text, as Multi30k papers train (outputs are lowercase)
     max_tokens_per_sentence: int | None = None
     max_ratio: float | None = None
     dedup: bool = False
@@ -76,7 +77,7 @@ class PrepareSection:
                             ("--max-ratio", self.max_ratio)):
             if value is not None:
                 argv += [flag, str(value)]
-        argv += ["--separate-vocab"] * self.separate_vocab + ["--dedup"] * self.dedup
+        argv += ["--separate-vocab"] * self.separate_vocab + ["--dedup"] * self.dedup + ["--lowercase"] * self.lowercase
         return argv
 
 

@@ -32,6 +32,7 @@ class BuildSettings:
     vocab_size: int = 8000
     separate_vocab: bool = False
     skip_invalid: bool = False
+    lowercase: bool = False  # a lowercasing vocabulary (see transduce.data.vocab)
     filters: FilterSettings = field(default_factory=FilterSettings)
 
     def __post_init__(self):
@@ -39,9 +40,18 @@ class BuildSettings:
             raise ValueError(f"--vocab-size must be at least 8 (4 special tokens + pieces), got {self.vocab_size}")
 
 
+def described_settings(settings: BuildSettings) -> dict[str, Any]:
+    """The settings as recorded in the manifest and hashed into its key; ``lowercase`` only when set,
+    so directories built before the option existed keep their key and are reused."""
+    described = asdict(settings)
+    if not settings.lowercase:
+        del described["lowercase"]
+    return described
+
+
 def corpus_key(corpus: Corpus, settings: BuildSettings) -> str:
     described = {"format": FORMAT, "corpus": corpus.name, "src_lang": corpus.src_lang, "tgt_lang": corpus.tgt_lang,
-                 "inputs": corpus.inputs, "info": corpus.info, "settings": asdict(settings)}
+                 "inputs": corpus.inputs, "info": corpus.info, "settings": described_settings(settings)}
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
 
 
@@ -80,8 +90,9 @@ def _clear(out: Path) -> None:
 def train_vocabs(train: SplitText, settings: BuildSettings) -> Vocabs:
     """BPE on the kept training text: one model for both sides (§5.1), or one per side."""
     if settings.separate_vocab:
-        return Vocabs(Vocab.train(train.src, settings.vocab_size), Vocab.train(train.tgt, settings.vocab_size))
-    shared = Vocab.train(train.src + train.tgt, settings.vocab_size)
+        return Vocabs(Vocab.train(train.src, settings.vocab_size, settings.lowercase),
+                      Vocab.train(train.tgt, settings.vocab_size, settings.lowercase))
+    shared = Vocab.train(train.src + train.tgt, settings.vocab_size, settings.lowercase)
     return Vocabs(shared, shared)
 
 
@@ -136,7 +147,7 @@ def build(corpus: Corpus, settings: BuildSettings, out: Path, force: bool = Fals
         hashes[f] = file_sha256(out / f)
     manifest = {
         "format": FORMAT, "key": key, "corpus": corpus.name, "src_lang": corpus.src_lang, "tgt_lang": corpus.tgt_lang,
-        "inputs": corpus.inputs, "settings": asdict(settings), **corpus.info, "aliases": corpus.aliases,
+        "inputs": corpus.inputs, "settings": described_settings(settings), **corpus.info, "aliases": corpus.aliases,
         "vocab": {"shared": vocabs.shared, "src_size": len(vocabs.src), "tgt_size": len(vocabs.tgt)},
         "splits": entries, "hashes": hashes,
     }

@@ -36,6 +36,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vocab-size", type=int, default=8000, help="BPE pieces incl. 4 specials (default 8000)")
     parser.add_argument("--separate-vocab", action="store_true",
                         help="one vocabulary per side instead of one shared by both (the paper shares, §5.1)")
+    parser.add_argument("--lowercase", action="store_true",
+                        help="lowercase both sides for the model, as Multi30k papers do (outputs are lowercase; "
+                             "references stay as they are)")
     parser.add_argument("--max-tokens-per-sentence", type=int, metavar="N",
                         help="drop training pairs with a side longer than N subword tokens (counted)")
     parser.add_argument("--max-ratio", type=float, metavar="R",
@@ -133,7 +136,7 @@ def summary(manifest: dict, data: PreparedData, max_tokens: int) -> str:
     for split, books in manifest.get("held_out_books", {}).items():
         lines.append(f"  {split} books: " + ", ".join(f"{b['name']} ({b['number']})" for b in books))
     v = manifest["vocab"]
-    kind = "shared" if v["shared"] else "separate"
+    kind = ("shared" if v["shared"] else "separate") + (", lowercasing" if data.vocabs.lowercase else "")
     lines.append(f"  vocabulary: {kind}, {v['src_size']:,} / {v['tgt_size']:,} pieces")
     try:
         batches = TokenBatches(data.split("train"), max_tokens)
@@ -148,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     corpus = load_corpus(args)
     filters = FilterSettings(args.max_tokens_per_sentence, args.max_ratio, args.dedup)
-    settings = BuildSettings(args.vocab_size, args.separate_vocab, args.skip_invalid, filters)
+    settings = BuildSettings(args.vocab_size, args.separate_vocab, args.skip_invalid, args.lowercase, filters)
     manifest, reused = build(corpus, settings, args.out, args.force)
     data = PreparedData.open(args.out)
     print(summary(manifest, data, args.max_tokens))

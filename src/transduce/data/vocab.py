@@ -3,9 +3,13 @@
 Special ids, the same in every vocabulary and in :class:`~transduce.model.ModelConfig`:
 pad = 0, unk = 1, bos = 2, eos = 3.
 
-A vocabulary directory holds ``vocab.json`` (what is shared, sizes) and one
+A vocabulary directory holds ``vocab.json`` (what is shared, sizes, lowercasing) and one
 SentencePiece model per side: ``shared.model`` (the paper's shared BPE, §5.1),
 or ``src.model`` and ``tgt.model``.
+
+A *lowercasing* vocabulary (``prepare --lowercase``, how Multi30k papers prepare their text) is
+trained on lowercased text and lowercases whatever it encodes, so a model trained with it sees the
+same normalisation in training, evaluation, ``translate`` and the server. Its outputs are lowercase.
 """
 
 from __future__ import annotations
@@ -27,32 +31,34 @@ class Vocab:
 
     pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
-    def __init__(self, model_proto: bytes):
+    def __init__(self, model_proto: bytes, lowercase: bool = False):
         self.proto = model_proto
+        self.lowercase = lowercase
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
 
     @classmethod
-    def train(cls, sentences: Iterable[str], size: int) -> "Vocab":
+    def train(cls, sentences: Iterable[str], size: int, lowercase: bool = False) -> "Vocab":
         """Train a BPE model of ``size`` pieces on already NFC-normalised sentences.
 
         Every sentence is used in the given order (no sampling, no shuffling) and BPE
         merges are deterministic, so the same input gives a byte-identical model.
         Text is kept as is (identity normalisation, spaces preserved) so decoding
-        returns the input exactly for text in the training alphabet.
+        returns the input exactly for text in the training alphabet. ``lowercase``: train on
+        ``str.lower()`` of each sentence (which keeps ß, unlike case folding) and lowercase on encode.
         """
         buffer = io.BytesIO()
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=size, model_type="bpe",
+            sentence_iterator=(s.lower() for s in sentences) if lowercase else iter(sentences), model_writer=buffer, vocab_size=size, model_type="bpe",
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             character_coverage=1.0, normalization_rule_name="identity", remove_extra_whitespaces=False,
             input_sentence_size=0, shuffle_input_sentence=False,
             num_threads=1, minloglevel=2, hard_vocab_limit=False,
         )
-        return cls(buffer.getvalue())
+        return cls(buffer.getvalue(), lowercase)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Vocab":
-        return cls(Path(path).read_bytes())
+    def load(cls, path: str | Path, lowercase: bool = False) -> "Vocab":
+        return cls(Path(path).read_bytes(), lowercase)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_bytes(self.proto)
@@ -60,12 +66,17 @@ class Vocab:
     def __len__(self) -> int:
         return self.sp.get_piece_size()
 
+    def normalize(self, text: str) -> str:
+        """What the model sees of ``text``: NFC, and lowercased for a lowercasing vocabulary."""
+        text = unicodedata.normalize("NFC", text)
+        return text.lower() if self.lowercase else text
+
     def encode(self, text: str) -> list[int]:
-        """NFC-normalise and encode one sentence to ids (no bos/eos)."""
-        return self.sp.encode(unicodedata.normalize("NFC", text))
+        """Normalise and encode one sentence to ids (no bos/eos)."""
+        return self.sp.encode(self.normalize(text))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return self.sp.encode([unicodedata.normalize("NFC", t) for t in texts])
+        return self.sp.encode([self.normalize(t) for t in texts])
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text; special tokens are dropped."""
@@ -97,6 +108,8 @@ class Vocabs:
             self.tgt.save(directory / "tgt.model")
         meta = {"shared": self.shared, "src_size": len(self.src), "tgt_size": len(self.tgt),
                 "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+        if self.src.lowercase or self.tgt.lowercase:
+            meta["lowercase"] = True  # written only when set: older directories read as False
         (directory / "vocab.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     @classmethod
@@ -106,10 +119,18 @@ class Vocabs:
         if not meta_path.is_file():
             raise FileNotFoundError(f"{meta_path}: missing vocabulary description")
         meta = json.loads(meta_path.read_text())
+        lowercase = meta.get("lowercase", False)
+        if not isinstance(lowercase, bool):
+            raise ValueError(f"{meta_path}: 'lowercase' must be true or false, got {lowercase!r}")
         if meta.get("shared"):
-            shared = Vocab.load(_need(directory / "shared.model"))
+            shared = Vocab.load(_need(directory / "shared.model"), lowercase)
             return cls(shared, shared)
-        return cls(Vocab.load(_need(directory / "src.model")), Vocab.load(_need(directory / "tgt.model")))
+        return cls(Vocab.load(_need(directory / "src.model"), lowercase),
+                   Vocab.load(_need(directory / "tgt.model"), lowercase))
+
+    @property
+    def lowercase(self) -> bool:
+        return self.src.lowercase
 
 
 def _need(path: Path) -> Path:

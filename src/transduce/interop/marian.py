@@ -227,6 +227,9 @@ def marian_config(cfg: ModelConfig) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- export
 def export_marian(model: Transformer, vocabs: Vocabs, out: str | Path, meta: dict[str, Any] | None = None) -> Path:
     """Write a MarianMT directory that ``transformers`` loads offline (model + MarianTokenizer)."""
+    if vocabs.lowercase:  # MarianTokenizer would feed cased text to a model that never saw any
+        raise ValueError("this model's vocabulary lowercases its input (prepare --lowercase), which "
+                         "MarianTokenizer cannot do: export a model prepared without --lowercase")
     cfg = model.config
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
