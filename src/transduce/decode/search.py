@@ -88,7 +88,8 @@ def _start(model, src: Tensor, beam: int):
 
 
 def _log_probs(model, tokens: Tensor, cache) -> Tensor:
-    return torch.log_softmax(model.decode_step(tokens, cache).float(), dim=-1)  # (N, V)
+    """fp32 log-probabilities (N, V) of the next token; the cast happens inside the kernel."""
+    return torch.log_softmax(model.decode_step(tokens, cache), dim=-1, dtype=torch.float32)  # (N, V)
 
 
 @torch.no_grad()
@@ -190,14 +191,21 @@ def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a
     t = 0
     while True:
         rows = scores.size(1)
-        lp = _log_probs(model, tokens, cache).view(len(batch.slots), rows, -1)  # (slots, rows, V)
+        lp = _log_probs(model, tokens, cache)  # (N, V), N = slots·rows
         V = lp.size(-1)
-        forced = torch.tensor([limits[i] <= t for i in batch.slots], device=dev)  # (slots,)
-        eos_only = torch.full_like(lp[0, 0], float("-inf"))
-        eos_only[cfg.eos_id] = 0.0
-        lp = torch.where(forced[:, None, None], lp + eos_only, lp)
-        cand = (scores[:, :, None] + lp).view(len(batch.slots), rows * V)  # (slots, rows·V)
-        top_val, top_idx = cand.topk(min(2 * beam, rows * V), dim=-1)  # (slots, 2k)
+        # The 2k best of a slot's rows·V candidates (score + lp) lie among each row's 2k best lp, since a
+        # row adds one score to all its tokens: select per row first, so no (N, V) tensor is written again.
+        row_val, row_tok = lp.topk(min(2 * beam, V), dim=-1)  # (N, k2) each
+        forced = [s for s, i in enumerate(batch.slots) if limits[i] <= t]
+        if forced:  # at the length limit only eos may follow
+            at = torch.tensor([s * rows + r for s in forced for r in range(rows)], device=dev)
+            row_val[at] = float("-inf")
+            row_val[at, 0], row_tok[at, 0] = lp[at, cfg.eos_id], cfg.eos_id
+        k2 = row_val.size(1)
+        cand = (scores[:, :, None] + row_val.view(len(batch.slots), rows, k2)).view(len(batch.slots), rows * k2)
+        top_val, top_pos = cand.topk(min(2 * beam, rows * k2), dim=-1)  # (slots, 2k) into rows·k2
+        top_tok = row_tok.view(len(batch.slots), rows * k2).gather(1, top_pos)  # (slots, 2k)
+        top_idx = torch.div(top_pos, k2, rounding_mode="floor") * V + top_tok  # row·V + token, as divmod reads it
         top_val, top_idx = top_val.tolist(), top_idx.tolist()
         keep_slots, next_rows, next_tok, next_scores = [], [], [], []
         for slot in range(batch.real):
