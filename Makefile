@@ -12,9 +12,10 @@ JOBS ?= 2
 .PHONY: setup test demo multi30k bench clean
 # demo training budget in minutes (the issue: at most 15); e.g. `make demo DEMO_MINUTES=3`
 DEMO_MINUTES ?= 15
-# Multi30k target language (de or fr) and seed
+# Multi30k target language (de or fr), seed, and LOWERCASE=true for the papers' lowercased text
 LANG_TGT ?= de
 SEED ?= 1
+LOWERCASE ?= false
 
 setup: $(STAMP)
 
@@ -34,7 +35,8 @@ demo: $(STAMP)
 # Multi30k en->$(LANG_TGT): prepare, train (<= 60 min), average, decode test_2016_flickr and val, score
 multi30k: $(STAMP)
 	$(VENV)/bin/transduce recipe configs/multi30k-en-de.toml --set prepare.tgt='"$(LANG_TGT)"' \
-		--set recipe.out='"runs/multi30k-en-$(LANG_TGT)-seed$(SEED)"' --set recipe.seed=$(SEED)
+		--set prepare.lowercase=$(LOWERCASE) --set recipe.seed=$(SEED) \
+		--set recipe.out='"runs/multi30k-en-$(LANG_TGT)$(if $(filter true,$(LOWERCASE)),-lc)-seed$(SEED)"'
 
 # Side-by-side benchmarks (issue 8): about an hour on an idle machine; not part of `make test`
 bench: $(STAMP)
