@@ -7,7 +7,7 @@ the usual way: full (B, T, V) logits under autocast, ``F.cross_entropy(label_smo
 ignore_index=pad)``, ``torch.optim.Adam`` with its defaults for the implementation. Same batches, timed
 runs alternating A B A B ..., medians.
 
-    python bench/bench_user_peer.py --preset small --dtype bf16 --threads 2 --repeats 3 [--residual autocast]
+    python bench/bench_user_peer.py --preset small --dtype bf16 --threads 2 --repeats 3
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ def user_step(model, dtype: str, pad_id: int = 0):
     return step
 
 
-def ours_step(model, dtype: str, residual: str = "fp32"):
+def ours_step(model, dtype: str):
     opt = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, fused=True)  # as the trainer
     stepper = Stepper(model, opt, Schedule("rsqrt", 4000, model.config.d_model), device=CPU, dtype=dtype,
-                      label_smoothing=0.1, residual=residual if dtype != "fp32" else "fp32")
+                      label_smoothing=0.1)
     counter = iter(range(1, 10**9))
     return lambda batch: stepper.update([batch], next(counter)).loss
 
@@ -62,20 +62,18 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batches", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--residual", default="fp32", choices=["fp32", "autocast"],
-                   help="transduce's residual stream under bf16 (TrainConfig.residual)")
     args = p.parse_args()
     set_threads(args.threads)
     data = prepared()
     batches = train_batches(data, args.batches)
     models = build_models(args.preset, len(data.vocabs.src))
-    steps = {"transduce trainer": ours_step(models["transduce"], args.dtype, args.residual),
+    steps = {"transduce trainer": ours_step(models["transduce"], args.dtype),
              "nn.Transformer + F.cross_entropy": user_step(models["nn.Transformer"], args.dtype)}
     timings = alternate({n: (lambda f=f: [f(b) for b in batches]) for n, f in steps.items()}, repeats=args.repeats)
     tokens = sum(b.tgt_tokens for b in batches)
     tok_s = {n: tokens / timings.median(n) for n in steps}
     print(f"machine {machine()}, threads {torch.get_num_threads()}, {args.preset} {args.dtype}, {len(batches)} "
-          f"batches ({tokens} target tokens) per timed run, transduce residual {args.residual}, median of {args.repeats} alternating runs")
+          f"batches ({tokens} target tokens) per timed run, median of {args.repeats} alternating runs")
     for n, v in tok_s.items():
         print(f"  {n:34s} {v:8,.0f} target tok/s  (spread ±{timings.spread(n) * 50:.0f}%)")
     a, b = tok_s.values()

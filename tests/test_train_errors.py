@@ -37,10 +37,6 @@ def test_unknown_override_and_bad_values_are_named(tmp_path):
         load_config(path, ["update_freq=0"])
     with pytest.raises(ConfigError, match="key 'adam_betas'"):
         load_config(path, ["adam_betas=[0.9]"])
-    with pytest.raises(ConfigError, match="key 'residual': 'autocast' needs dtype"):
-        load_config(path, ['residual="autocast"'])  # the default dtype is fp32
-    with pytest.raises(ConfigError, match="key 'residual' must be one of"):
-        load_config(path, ['residual="fp8"', 'dtype="bf16"'])
     cfg, model = load_config(path, ["max_steps=7", "model.dropout=0.2"])
     assert cfg.max_steps == 7 and model == {"preset": "tiny", "dropout": 0.2}
     path.write_text('[train]\ndata = "d"\nout = "o"\n[optim]\nlr = 1\n')

@@ -32,8 +32,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--plain-dropout", action="store_true", help="keep nn.Dropout (compare with FastDropout)")
     p.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"])
     p.add_argument("--sdpa", default="auto", choices=["auto", "default", "math"])
-    p.add_argument("--residual", default="fp32", choices=["fp32", "autocast"],
-                   help="the residual stream's dtype under bf16 (TrainConfig.residual)")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -48,8 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.adam == "fused",
                            foreach=args.adam == "foreach")
     stepper = Stepper(model, opt, Schedule("rsqrt", 4000, cfg.d_model), device=torch.device("cpu"),
-                      dtype=args.dtype, label_smoothing=cfg.label_smoothing, kernel=args.sdpa,
-                      residual=args.residual if args.dtype != "fp32" else "fp32")
+                      dtype=args.dtype, label_smoothing=cfg.label_smoothing, kernel=args.sdpa)
     batches = TokenBatches(data.split("train"), args.max_tokens, seed=1).epoch(1)
     for i in range(args.warmup):
         stepper.update([batches[i]], i + 1)
@@ -70,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.preset} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}: "
           f"{tokens / seconds:.0f} target tokens/s wall, {tokens / cpu * args.threads:.0f} per {args.threads} "
           f"CPU-seconds ({len(timed)} updates of ~{tokens // len(timed)} tokens, {seconds:.1f} s; "
-          f"adam={args.adam} sdpa={args.sdpa} residual={args.residual})")
+          f"adam={args.adam} sdpa={args.sdpa})")
 
 
 if __name__ == "__main__":

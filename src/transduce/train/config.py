@@ -48,9 +48,6 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = None  # torch intra-op threads per process; None = torch's default
     fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
-    # the residual stream under bf16/fp16: "fp32" (autocast's own) or "autocast" (the low dtype throughout,
-    # no casts around each Linear; see train/step.py low_precision_residual)
-    residual: Literal["fp32", "autocast"] = "fp32"
     # scaled_dot_product_attention kernel in training: "auto" = the math kernel on CPU (measured faster for
     # short sentences, forward + backward) and PyTorch's own choice on CUDA
     attention_kernel: Literal["auto", "math", "flash", "efficient", "default"] = "auto"
@@ -89,8 +86,6 @@ class TrainConfig:
         check(self.adam_eps > 0, "adam_eps", f"must be positive, got {self.adam_eps}")
         check(self.weight_decay >= 0, "weight_decay", f"must be non-negative, got {self.weight_decay}")
         check(self.clip_norm >= 0, "clip_norm", f"must be non-negative (0 = off), got {self.clip_norm}")
-        check(self.residual == "fp32" or self.dtype != "fp32", "residual",
-              "'autocast' needs dtype 'bf16' or 'fp16' (fp32 has no autocast)")
         check(self.bleu_sentences >= 0, "bleu_sentences", f"must be non-negative, got {self.bleu_sentences}")
         for key in ("threads", "max_epochs", "save_every_steps", "patience"):
             value = getattr(self, key)

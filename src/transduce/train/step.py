@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from .distributed import Dist, all_sum, wrap
 from .loss import ProjectedSmoothedCrossEntropy
@@ -53,25 +53,6 @@ def autocast(device: torch.device, dtype: str):
     return torch.autocast(device.type, dtype=AUTOCAST[dtype])
 
 
-def low_precision_residual(model: nn.Module, dtype: torch.dtype) -> int:
-    """Cast the output of each ``Embeddings`` of ``model`` to ``dtype`` under autocast; returns how many.
-
-    Autocast runs matmuls in bf16 but leaves the embeddings' sums, residual additions and layer norms in
-    fp32, so every Linear casts its input down and its gradient back up. With the embeddings' output in
-    bf16 the whole residual stream stays bf16 (layer norms still accumulate in fp32 inside the kernel).
-    Post-norm renormalises after every sub-layer; a pre-norm stack accumulates its residual sum in bf16.
-    """
-    from ..model.embeddings import Embeddings
-
-    def cast(module: nn.Module, inputs, output: Tensor) -> Tensor:
-        return output.to(dtype) if torch.is_autocast_enabled(output.device.type) else output
-
-    hooked = [m for m in model.modules() if isinstance(m, Embeddings)]
-    for m in hooked:
-        m.register_forward_hook(cast)
-    return len(hooked)
-
-
 class TrainingLoss(nn.Module):
     """The model plus its loss, one module so DistributedDataParallel sees the whole forward.
 
@@ -82,12 +63,10 @@ class TrainingLoss(nn.Module):
     """
 
     def __init__(self, model: nn.Module, device: torch.device, dtype: str, epsilon: float, pad_id: int,
-                 kernel: str = "auto", residual: str = "fp32"):
+                 kernel: str = "auto"):
         super().__init__()
         self.model, self.device, self.dtype, self.epsilon, self.pad_id = model, device, dtype, epsilon, pad_id
         self.kernel = kernel
-        if residual == "autocast" and dtype in AUTOCAST:
-            low_precision_residual(model, AUTOCAST[dtype])
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor):
         labels = tgt[:, 1:]  # (B, T-1)
@@ -109,10 +88,10 @@ class Stepper:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *,
                  device: torch.device, dtype: str = "fp32", label_smoothing: float = 0.1, pad_id: int = 0,
-                 clip_norm: float = 0.0, ctx: Dist = Dist(), kernel: str = "auto", residual: str = "fp32"):
+                 clip_norm: float = 0.0, ctx: Dist = Dist(), kernel: str = "auto"):
         if dtype == "fp16" and device.type != "cuda":
             raise ValueError("key 'dtype': 'fp16' needs a CUDA device (use 'bf16' on CPU)")
-        self.model = wrap(TrainingLoss(model, device, dtype, label_smoothing, pad_id, kernel, residual), ctx, device)
+        self.model = wrap(TrainingLoss(model, device, dtype, label_smoothing, pad_id, kernel), ctx, device)
         self.optimizer, self.schedule = optimizer, schedule
         self.device, self.dtype, self.ctx, self.clip_norm = device, dtype, ctx, clip_norm
         self.scaler = torch.amp.GradScaler("cuda") if dtype == "fp16" else None

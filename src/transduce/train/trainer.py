@@ -73,7 +73,7 @@ class Trainer:
         self.stepper = Stepper(self.model, self.optimizer, schedule,
                                device=self.device, dtype=cfg.dtype, label_smoothing=model_cfg.label_smoothing,
                                pad_id=model_cfg.pad_id, clip_norm=cfg.clip_norm, ctx=self.ctx,
-                               kernel=cfg.attention_kernel, residual=cfg.residual)
+                               kernel=cfg.attention_kernel)
         self.batches = TokenBatches(data.split(cfg.train_split), cfg.max_tokens, seed=cfg.seed, shuffle=True,
                                     rank=self.ctx.rank, world_size=self.ctx.world_size)
         self.valid = data.split(cfg.valid_split) if has_split(data, cfg.valid_split) else None
