@@ -8,7 +8,12 @@ Two paths compute scaled dot-product attention:
 * :func:`attention_reference` — the formula written out, returns the weights too
   (used for visualisation, additive attention and as the test oracle);
 * :func:`attention_fast` — ``torch.nn.functional.scaled_dot_product_attention``,
-  the fused kernel used for training and decoding.
+  the fused kernel used for training, encoding, and decoding on GPU.
+
+Incremental decoding on CPU uses the reference formula: with one query per row (self-attention) or
+one per beam (encoder–decoder attention) the fused CPU kernel's set-up outweighs its work. Measured
+on 2 threads, beam 4 at batch 64: encoder–decoder attention 440 → 130 µs per call in fp32 and
+356 → 177 µs in bf16; self-attention about equal in fp32 and 567 → 356 µs in bf16.
 """
 
 from __future__ import annotations
@@ -139,8 +144,12 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, d_model) each
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False) -> Tensor:
-        """Heads in, W^O out: q (B, h, T_q, d_k), k/v (B, h, T_k, d_k) -> (B, T_q, d_model)."""
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False,
+               step: bool = False) -> Tensor:
+        """Heads in, W^O out: q (B, h, T_q, d_k), k/v (B, h, T_k, d_k) -> (B, T_q, d_model).
+
+        ``step``: an incremental-decoding step, which takes the reference formula on CPU (module docstring).
+        """
         p = self.dropout if self.training else 0.0
         if is_causal and (self.record is not None or self.kind == "additive"):
             T_q, T_k = q.size(-2), k.size(-2)
@@ -148,7 +157,7 @@ class MultiHeadAttention(nn.Module):
             is_causal = False
         if self.kind == "additive":
             out, weights = _softmax_and_mix(self.additive(q, k), v, mask, p)
-        elif self.record is not None:
+        elif self.record is not None or (step and q.device.type == "cpu"):
             out, weights = attention_reference(q, k, v, mask, self.scale, p)
         else:
             out, weights = attention_fast(q, k, v, mask, self.scale, p, is_causal), None

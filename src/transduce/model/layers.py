@@ -86,14 +86,14 @@ class DecoderLayer(nn.Module):
         def self_attention(h: Tensor) -> Tensor:
             q, k, v = self.self_attn.project_qkv(h)  # (N, h, 1, d_k) each
             k, v = cache.append(k, v)  # (N, h, t+1, d_k)
-            return self.self_attn.attend(q, k, v, self_mask)
+            return self.self_attn.attend(q, k, v, self_mask, step=True)
 
         def cross_attention(h: Tensor) -> Tensor:
             attn = self.cross_attn
             N = h.size(0)
             q = attn.q_proj(h).view(N // beam, beam, attn.n_heads, attn.d_k)  # (B, beam, h, d_k)
             q = q.transpose(1, 2)  # (B, h, beam, d_k): beams act as query positions
-            out = attn.attend(q, cache.memory_k, cache.memory_v, memory_mask)  # (B, beam, d_model)
+            out = attn.attend(q, cache.memory_k, cache.memory_v, memory_mask, step=True)  # (B, beam, d_model)
             return out.reshape(N, 1, attn.d_model)  # (N, 1, d_model)
 
         x = self.res_self(x, self_attention)
