@@ -236,8 +236,9 @@ def part_decode(args, data) -> str:
             medians[engine] = (runs[0]["tokens"] / sec, runs[0]["sentences"] / sec, max(r["maxrss_mb"] for r in runs),
                                runs[0]["hyps"])
         ref = medians.get("transduce-fp32")
-        refs = [test.tgt_text(i) for i in range(len(medians[next(iter(medians))][3]))] if medians else []
-        bleu = {engine: score_translations([vocabs.tgt.decode(h) for h in m[3]], refs, "de")["tok_lc_bleu"]
+        refs = [test.tgt_text(i) for i in range(min(count, len(sources_all)))]  # what every engine decoded
+        bleu = {engine: score_translations([vocabs.tgt.decode(h) for h in m[3]], refs,
+                                           data.manifest["tgt_lang"])["tok_lc_bleu"]
                 for engine, m in medians.items()}
         for engine, (tok_s, sent_s, rss, hyps) in medians.items():
             vs_ct2 = tok_s / medians["ct2-float32"][0] if "ct2-float32" in medians else float("nan")

@@ -48,7 +48,8 @@ class Vocab:
         """
         buffer = io.BytesIO()
         spm.SentencePieceTrainer.train(
-            sentence_iterator=(s.lower() for s in sentences) if lowercase else iter(sentences), model_writer=buffer, vocab_size=size, model_type="bpe",
+            sentence_iterator=(s.lower() if lowercase else s for s in sentences),
+            model_writer=buffer, vocab_size=size, model_type="bpe",
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             character_coverage=1.0, normalization_rule_name="identity", remove_extra_whitespaces=False,
             input_sentence_size=0, shuffle_input_sentence=False,

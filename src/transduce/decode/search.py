@@ -205,16 +205,15 @@ def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a
         cand = (scores[:, :, None] + row_val.view(len(batch.slots), rows, k2)).view(len(batch.slots), rows * k2)
         top_val, top_pos = cand.topk(min(2 * beam, rows * k2), dim=-1)  # (slots, 2k) into rows·k2
         top_tok = row_tok.view(len(batch.slots), rows * k2).gather(1, top_pos)  # (slots, 2k)
-        top_idx = torch.div(top_pos, k2, rounding_mode="floor") * V + top_tok  # row·V + token, as divmod reads it
-        top_val, top_idx = top_val.tolist(), top_idx.tolist()
+        top_row = torch.div(top_pos, k2, rounding_mode="floor")  # (slots, 2k): which of the slot's rows
+        top_val, top_row, top_tok = top_val.tolist(), top_row.tolist(), top_tok.tolist()
         keep_slots, next_rows, next_tok, next_scores = [], [], [], []
         for slot in range(batch.real):
             i = batch.slots[slot]
             picked: list[tuple[int, int, float]] = []
-            for val, idx in zip(top_val[slot], top_idx[slot]):
+            for val, r, tok in zip(top_val[slot], top_row[slot], top_tok[slot]):
                 if val == float("-inf") or len(picked) == beam:
                     break
-                r, tok = divmod(idx, V)
                 if tok == cfg.eos_id:  # any of the 2k candidates may finish (as tensor2tensor does)
                     toks = history[slot, r].tolist()
                     finished[i].add(Hypothesis(toks, val, val / length_penalty(t + 1, alpha)))
