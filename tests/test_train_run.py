@@ -97,6 +97,16 @@ def test_validation_scores_bleu_through_the_translator(data_dir, tmp_path):
     assert "best by valid_bleu" in meta["weights"]
 
 
+def test_the_last_weights_are_validated_even_between_validations(data_dir, tmp_path):
+    # A time-limited run ends wherever the clock says; its last updates must still compete for "best"
+    # (a 60-minute Multi30k run validating every 4,000 updates otherwise returned step-12,000 weights
+    # after 15,671 updates).
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=10, validate_every=4,
+                          save_every_steps=5)  # step 10 is saved as a regular checkpoint, then the run ends
+    train_in_process(config)
+    assert [r["step"] for r in metrics(tmp_path / "run", "valid")] == [4, 8, 10]
+
+
 def test_linear_schedule_decays_to_zero_at_the_end_of_the_step_budget(data_dir, tmp_path):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", schedule="linear", warmup=2, max_steps=10,
                           save_every_steps=1000)

@@ -9,10 +9,10 @@
     [evaluate]  splits, beam, alpha, ...
 
 ``--set section.key=value`` overrides any key. The averaged model and the trainer's own final model
-(best by validation BLEU) are both scored on the validation split (with each length penalty α listed in
-[evaluate] alpha); the better model and α are the recipe's, and only they are scored on the test splits
-(the choice never looks at test data). Results go to
-OUT/results.json and are printed as a table.
+(the best validated weights, the last update's included) are both scored on the validation split (with
+each length penalty α listed in [evaluate] alpha); the better model and α are the recipe's, and only they
+are scored on the test splits (the choice never looks at test data). Results go to OUT/results.json and
+are printed as a table.
 """
 
 from __future__ import annotations

@@ -81,6 +81,7 @@ class Trainer:
         self.step, self.epoch, self.index, self.elapsed = 0, 1, 0, 0.0
         self.nonfinite_run = self.nonfinite_total = self.bad_validations = 0
         self.best: dict[str, Any] | None = None
+        self.validated_step: int | None = None  # not saved: a resumed run validates its end again
         self.resumed_from: Path | None = None
         self._plan_epoch, self._plan_cache = None, []
         random.seed(cfg.seed)
@@ -188,14 +189,16 @@ class Trainer:
                 if cfg.max_minutes is not None and self.elapsed >= 60 * cfg.max_minutes:
                     self.stop_reason = f"max_minutes={cfg.max_minutes} reached"
                 self._agree_on_stop()
+                last = self.stop_reason is not None or self.step >= cfg.max_steps
+                if last:  # the last weights compete for "best" too, however far from a validation
+                    self._validate_last(log, bleu)
                 due = (cfg.save_every_steps is not None and self.step % cfg.save_every_steps == 0) or \
                       (cfg.save_every_minutes is not None and time.perf_counter() - last_save >= 60 * cfg.save_every_minutes)
-                if due or self.stop_reason is not None:
+                if due or last:
                     self.save()
                     saved_step, last_save = self.step, time.perf_counter()
             if self.step != saved_step:
-                if self.valid is not None and self.step % cfg.validate_every:
-                    self._validate(log, bleu)
+                self._validate_last(log, bleu)
                 self.save()
             return self._finish(log)
         finally:
@@ -242,7 +245,13 @@ class Trainer:
                 f"or peak_lr, a longer warmup, clip_norm, or dtype 'bf16'/'fp32' instead of 'fp16'")
         return False
 
+    def _validate_last(self, log: RunLog, bleu) -> None:
+        """Validate the final weights unless this step was just validated."""
+        if self.valid is not None and self.validated_step != self.step:
+            self._validate(log, bleu)
+
     def _validate(self, log: RunLog, bleu) -> None:
+        self.validated_step = self.step
         if not self.ctx.is_main:
             return
         vb = TokenBatches(self.valid, self.cfg.max_tokens, shuffle=False)
