@@ -7,7 +7,7 @@ import torch
 
 from conftest import read_multi30k
 from transduce.decode.ensemble import Ensemble
-from transduce.decode.search import SampleConfig, beam_search, greedy, length_penalty
+from transduce.decode.search import SampleConfig, beam_search, greedy, length_penalty, row_topk
 from transduce.decode.translator import Translator
 
 
@@ -165,3 +165,16 @@ def test_ensemble_of_one_model_twice_equals_the_model(translator, sources):
     """Averaging a model's log-probabilities with themselves changes nothing."""
     duo = Translator(Ensemble([translator.model, translator.model]), translator.vocabs)
     assert duo.translate(sources[:12], beam=4) == translator.translate(sources[:12], beam=4)
+
+
+@pytest.mark.parametrize("V", [8000, 8003, 100])
+def test_row_topk_finds_what_topk_finds(V):
+    g = torch.Generator().manual_seed(V)
+    x = torch.log_softmax(torch.randn(17, V, generator=g) * 3, dim=-1)  # (N, V)
+    x[3, 5000 % V] = x[3].max() + 1.0  # one row with a clear winner
+    x[4] = x[4].round(decimals=1)  # one row full of ties
+    val, idx = row_topk(x, 8)
+    ref = x.topk(8, dim=-1)
+    assert torch.equal(val, ref.values)
+    assert torch.equal(x.gather(1, idx), val)  # the indices point at those values
+    assert torch.equal(idx[[i for i in range(17) if i != 4]], ref.indices[[i for i in range(17) if i != 4]])
