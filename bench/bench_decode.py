@@ -25,7 +25,8 @@ from pathlib import Path
 
 from common import ROOT, markdown_table
 
-ENGINES = ("transduce-fp32", "transduce-bf16", "transduce-int8", "hf-fp32", "ct2-float32", "ct2-int8")
+ENGINES = ("transduce-fp32", "transduce-bf16", "transduce-int8", "transduce-bf16-compile", "transduce-int8-compile",
+           "hf-fp32", "ct2-float32", "ct2-int8")
 SAME_ARITHMETIC = {"hf-fp32": "transduce-fp32", "ct2-float32": "transduce-fp32"}  # pairs whose outputs must agree
 MAX_LEN_B = 50
 
@@ -35,13 +36,14 @@ def _transduce(model_dir: Path, variant: str, threads: int):
     import torch
 
     from transduce.decode.search import beam_search
+    from transduce.decode.translator import compile_decoder_steps, for_decoding
     from transduce.modeldir import load_model_dir
 
     model, _, _ = load_model_dir(model_dir)
-    if variant == "bf16":
-        model = model.to(torch.bfloat16)
-    elif variant == "int8":
-        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    dtype, _, compiled = variant.partition("-")
+    model = for_decoding(model.eval(), dtype, torch.device("cpu"))  # what `transduce translate --dtype` runs
+    if compiled:
+        compile_decoder_steps([model])
 
     @torch.inference_mode()
     def run(batch: list[list[int]], beam: int) -> list[list[int]]:
@@ -111,13 +113,15 @@ def worker(argv: list[str]) -> None:
         run = _hf(args.exports / "hf", args.threads)
     else:
         run = _ct2(args.exports / f"ct2-{variant}", variant, args.threads, Vocabs.load(args.model / "vocab").tgt)
-    run(sources[: min(len(sources), args.batch, 4)], args.beam)  # warm-up: first-call allocations, lazy init
+    t0 = time.perf_counter()
+    run(sources[: args.batch], args.beam)  # warm-up, a full batch: first-call allocations, lazy init, compiling
+    warmup = time.perf_counter() - t0
     hyps, t0 = [], time.perf_counter()
     for i in range(0, len(sources), args.batch):
         hyps += run(sources[i : i + args.batch], args.beam)
     seconds = time.perf_counter() - t0
     print(json.dumps({"seconds": seconds, "sentences": len(hyps), "tokens": sum(len(h) + 1 for h in hyps),
-                      "maxrss_mb": peak_rss_mb(), "hyps": hyps}))
+                      "maxrss_mb": peak_rss_mb(), "warmup_s": warmup, "hyps": hyps}))
 
 
 def peak_rss_mb() -> float:
@@ -233,6 +237,9 @@ def part_decode(args, data) -> str:
                 notes.append(f"- {engine} batch {batch}: failed — {results[(engine, batch)][0]['error']}")
                 continue
             sec = statistics.median(r["seconds"] for r in runs)
+            if engine.endswith("-compile"):
+                notes.append(f"- {engine} batch {batch}: compiling plus the untimed warm-up batch took "
+                             f"{statistics.median(r['warmup_s'] for r in runs):.0f} s (median)")
             medians[engine] = (runs[0]["tokens"] / sec, runs[0]["sentences"] / sec, max(r["maxrss_mb"] for r in runs),
                                runs[0]["hyps"])
         ref = medians.get("transduce-fp32")

@@ -6,6 +6,7 @@ import io
 import sys
 
 import pytest
+import torch
 
 from conftest import read_multi30k
 from transduce.cli import main
@@ -84,3 +85,41 @@ def test_cli_bad_options(tiny_model_dir, capsys):
     assert code == 2 and "--nbest 5 needs --beam" in err
     code, _, err = _cli(["translate", "--model", str(tiny_model_dir / "nope")], capsys=capsys)
     assert code == 2 and "not a model directory" in err
+
+
+def test_int8_quantises_every_linear_and_still_translates(tiny_model_dir, translator, sources):
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    from transduce.api import load
+    from transduce.decode.translator import for_decoding
+
+    int8 = load(tiny_model_dir, dtype="int8")
+    linears = [m for m in int8.model.modules() if isinstance(m, (DynamicLinear, torch.nn.Linear))]
+    assert linears and all(isinstance(m, DynamicLinear) for m in linears)
+    assert int8.model.src_embed.token.weight.dtype == torch.float32  # embeddings stay fp32
+    assert len(int8.translate(sources, beam=4)) == len(sources)
+    # teacher-forced on the references, the quantised model mostly ranks like fp32 (the weak tiny model's
+    # searches still part ways early; on the Multi30k model BLEU moves by < 0.3, see BENCHMARKS.md)
+    refs = read_multi30k("test_2016_flickr", "de", len(sources))
+    cfg = translator.config
+    src = translator.tensor(translator.encode_sources(sources))  # (B, S)
+    tgt = [[cfg.bos_id] + ids + [cfg.eos_id] for ids in translator.vocabs.tgt.encode_batch(refs)]
+    tgt = torch.tensor([t + [cfg.pad_id] * (max(map(len, tgt)) - len(t)) for t in tgt])  # (B, T)
+    with torch.no_grad():
+        lp32 = torch.log_softmax(translator.model(src, tgt[:, :-1]), -1)  # (B, T-1, V)
+        lp8 = torch.log_softmax(int8.model(src, tgt[:, :-1]), -1)
+    real = tgt[:, 1:] != cfg.pad_id
+    assert (lp32.argmax(-1) == lp8.argmax(-1))[real].float().mean() > 0.9
+    assert (lp32 - lp8).abs().amax(-1)[real].mean() < 0.3
+    with pytest.raises(ValueError, match="int8.*CPU only"):
+        for_decoding(translator.model, "int8", torch.device("cuda"))
+    with pytest.raises(ValueError, match="dtype must be one of fp32, bf16, int8, got 'fp16'"):
+        load(tiny_model_dir, dtype="fp16")
+
+
+def test_compiled_decoder_step_gives_the_eager_translations(tiny_model_dir, translator, sources):
+    from transduce.api import load
+
+    compiled = load(tiny_model_dir, compile=True)
+    assert compiled.model.decode_step is not translator.model.decode_step
+    assert compiled.translate(sources[:4], beam=4) == translator.translate(sources[:4], beam=4)

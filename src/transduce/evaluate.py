@@ -81,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-len-b", type=int, default=50)
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "int8"], default="fp32")
     p.add_argument("--output", help="with --model: also write the translations here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 

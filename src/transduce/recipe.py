@@ -105,7 +105,7 @@ class EvaluateSection:
         check(len(alphas) > 0 and all(a >= 0 for a in alphas), "alpha",
               f"must be a non-negative number or a non-empty list of them, got {self.alpha}")
         self.alphas = [float(a) for a in alphas]
-        check(self.dtype in ("fp32", "bf16"), "dtype", f"must be 'fp32' or 'bf16', got {self.dtype!r}")
+        check(self.dtype in ("fp32", "bf16", "int8"), "dtype", f"must be 'fp32', 'bf16' or 'int8', got {self.dtype!r}")
 
 
 SECTIONS = {"recipe": RecipeSection, "prepare": PrepareSection, "average": AverageSection,

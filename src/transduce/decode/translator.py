@@ -23,7 +23,41 @@ from ..data.vocab import Vocabs
 from .search import Hypothesis, SampleConfig, beam_search, greedy
 
 PAD_MULTIPLE = 8
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = ("fp32", "bf16", "int8")
+
+
+def for_decoding(model: torch.nn.Module, dtype: str, device: torch.device) -> torch.nn.Module:
+    """``model`` in a decoding precision.
+
+    * ``fp32``: as trained;
+    * ``bf16``: weights and activations in bfloat16 (scores are still accumulated in fp32);
+    * ``int8``: CPU only; every ``nn.Linear`` (projections, feed-forward, pre-softmax) dynamically
+      quantised (int8 weights, activations quantised per batch), embeddings and norms in fp32. The
+      activation scale is the batch's, so unlike fp32 and bf16 an output may depend on its batch.
+    """
+    if dtype == "fp32":
+        return model
+    if dtype == "bf16":
+        return model.to(torch.bfloat16)
+    if dtype == "int8":
+        if device.type != "cpu":
+            raise ValueError(f"dtype 'int8' (dynamic quantisation) runs on the CPU only, not on {device}")
+        with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao; it still works
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
+            return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+
+
+def compile_decoder_steps(models: list) -> None:
+    """Replace each model's ``decode_step`` by a ``torch.compile``d one (dynamic shapes), in place.
+
+    A step is ~150 small kernels; compiling fuses the element-wise ones, which matters most at
+    small batches. The first calls compile (tens of seconds on 2 cores), so it pays off on long
+    inputs only. Outputs may differ from eager in the last bits, so batch invariance is not promised.
+    """
+    for model in models:
+        model.decode_step = torch.compile(model.decode_step, dynamic=True)
 
 
 @dataclass
