@@ -36,14 +36,14 @@ def _transduce(model_dir: Path, variant: str, threads: int):
     import torch
 
     from transduce.decode.search import beam_search
-    from transduce.decode.translator import compile_decoder_steps, for_decoding
+    from transduce.decode.translator import for_decoding
     from transduce.modeldir import load_model_dir
 
     model, _, _ = load_model_dir(model_dir)
     dtype, _, compiled = variant.partition("-")
     model = for_decoding(model.eval(), dtype, torch.device("cpu"))  # what `transduce translate --dtype` runs
-    if compiled:
-        compile_decoder_steps([model])
+    if compiled:  # an experiment, not a product option: dynamic-shape recompiles make it slower at batch 64
+        model.decode_step = torch.compile(model.decode_step, dynamic=True)
 
     @torch.inference_mode()
     def run(batch: list[list[int]], beam: int) -> list[list[int]]:

@@ -116,10 +116,3 @@ def test_int8_quantises_every_linear_and_still_translates(tiny_model_dir, transl
     with pytest.raises(ValueError, match="dtype must be one of fp32, bf16, int8, got 'fp16'"):
         load(tiny_model_dir, dtype="fp16")
 
-
-def test_compiled_decoder_step_gives_the_eager_translations(tiny_model_dir, translator, sources):
-    from transduce.api import load
-
-    compiled = load(tiny_model_dir, compile=True)
-    assert compiled.model.decode_step is not translator.model.decode_step
-    assert compiled.translate(sources[:4], beam=4) == translator.translate(sources[:4], beam=4)

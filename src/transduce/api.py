@@ -7,17 +7,16 @@ from pathlib import Path
 import torch
 
 from .decode.ensemble import Ensemble
-from .decode.translator import DTYPES, Translator, compile_decoder_steps, for_decoding
+from .decode.translator import DTYPES, Translator, for_decoding
 from .modeldir import load_model_dir
 
 
 def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str = "fp32",
-         ensemble: list[str | Path] | tuple = (), compile: bool = False) -> Translator:
+         ensemble: list[str | Path] | tuple = ()) -> Translator:
     """Load a model directory (plus optional ``ensemble`` members) for translation.
 
     ``dtype`` is ``"fp32"``, ``"bf16"`` (weights and activations; scores are computed in fp32) or
-    ``"int8"`` (CPU: dynamically quantised linear layers). ``compile`` compiles each decoder step with
-    ``torch.compile`` (faster on long inputs, after a compilation of tens of seconds).
+    ``"int8"`` (CPU: dynamically quantised linear layers).
     Ensemble members must have the same vocabularies as the first model.
 
     >>> translator = load("runs/multi30k/model")            # doctest: +SKIP
@@ -33,7 +32,5 @@ def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str =
             raise ValueError(f"{other}: ensemble member has a different vocabulary from {model_dir}")
         models.append(m)
     models = [for_decoding(m.eval(), dtype, torch.device(device)) for m in models]
-    if compile:
-        compile_decoder_steps(models)
     decoder = models[0] if len(models) == 1 else Ensemble(models)
     return Translator(decoder, vocabs, device, meta)

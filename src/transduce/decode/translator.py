@@ -49,17 +49,6 @@ def for_decoding(model: torch.nn.Module, dtype: str, device: torch.device) -> to
     raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
 
 
-def compile_decoder_steps(models: list) -> None:
-    """Replace each model's ``decode_step`` by a ``torch.compile``d one (dynamic shapes), in place.
-
-    A step is ~150 small kernels; compiling fuses the element-wise ones, which matters most at
-    small batches. The first calls compile (tens of seconds on 2 cores), so it pays off on long
-    inputs only. Outputs may differ from eager in the last bits, so batch invariance is not promised.
-    """
-    for model in models:
-        model.decode_step = torch.compile(model.decode_step, dynamic=True)
-
-
 @dataclass
 class Translation:
     """One output: detokenised ``text``, its target ``tokens``, model ``logprob`` and ranking ``score``."""
