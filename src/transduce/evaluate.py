@@ -23,6 +23,8 @@ from pathlib import Path
 import sacrebleu
 from sacremoses import MosesTokenizer
 
+from .decode import DTYPES
+
 
 def moses_lower(lines: list[str], lang: str) -> list[str]:
     """Moses-tokenise (no escaping) and lowercase, as Multi30k papers do before multi-bleu."""
@@ -81,7 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-len-b", type=int, default=50)
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", choices=["fp32", "bf16", "int8"], default="fp32")
+    p.add_argument("--dtype", choices=DTYPES, default="fp32")
     p.add_argument("--output", help="with --model: also write the translations here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 

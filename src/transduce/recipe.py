@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from .config import ConfigError, build, check, parse_override, read_toml, to_toml_text
+from .decode import DTYPES
 
 
 @dataclass
@@ -105,7 +106,7 @@ class EvaluateSection:
         check(len(alphas) > 0 and all(a >= 0 for a in alphas), "alpha",
               f"must be a non-negative number or a non-empty list of them, got {self.alpha}")
         self.alphas = [float(a) for a in alphas]
-        check(self.dtype in ("fp32", "bf16", "int8"), "dtype", f"must be 'fp32', 'bf16' or 'int8', got {self.dtype!r}")
+        check(self.dtype in DTYPES, "dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
 
 
 SECTIONS = {"recipe": RecipeSection, "prepare": PrepareSection, "average": AverageSection,

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import torch
 
 from ..data.vocab import Vocabs
+from . import DTYPES
 from .search import Hypothesis, SampleConfig, beam_search, greedy
 
 PAD_MULTIPLE = 8
-DTYPES = ("fp32", "bf16", "int8")
 
 
 def for_decoding(model: torch.nn.Module, dtype: str, device: torch.device) -> torch.nn.Module:

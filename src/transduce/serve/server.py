@@ -24,6 +24,7 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..decode import DTYPES
 from .batcher import Batcher, Job
 
 try:
@@ -230,7 +231,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "int8"))
+    parser.add_argument("--dtype", default="fp32", choices=DTYPES)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--max-sentences", type=int, default=d.max_sentences, help="sentences per request")
     parser.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per sentence")
