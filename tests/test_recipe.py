@@ -50,6 +50,7 @@ save_every_steps = 3
 validate_every = 6
 bleu_sentences = 20
 tensorboard = false
+subword_dropout = {0.1 if processes == 2 else 0.0}
 [average]
 last = 3
 [evaluate]
@@ -77,6 +78,8 @@ def test_recipe_runs_end_to_end_and_chooses_on_valid(raw, tmp_path, processes):
     assert set(sweep) == {"0.0", "0.6", "2.0"} and sweep[str(test["alpha"])] == max(sweep.values())
     assert saved["decode"]["alpha"] == test["alpha"] == saved["scores"][chosen]["valid"]["alpha"]
     assert (out / "model" / "config.toml").is_file() and results["chosen"] == chosen
+    if processes == 2:  # BPE-dropout under torchrun: rank 0 samples the epoch's segmentation, rank 1 receives it
+        assert list((out / "run" / "checkpoints").glob("step_*/subwords.safetensors"))
 
 
 def test_recipe_rejects_unknown_keys_and_bad_values(raw, tmp_path):

@@ -59,20 +59,25 @@ def worker(rank: int, port: int, data_dir, out) -> None:
         dist.destroy_process_group()
 
 
-def run_two_ranks(data_dir):
+def spawn_two_ranks(target, data_dir, results: int) -> list:
+    """Run ``target(rank, port, data_dir, queue)`` in 2 spawned processes; collect ``results`` queue items."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, port, data_dir, out)) for r in range(2)]
+    procs = [ctx.Process(target=target, args=(r, port, data_dir, out)) for r in range(2)]
     for p in procs:
         p.start()
-    results = [out.get(timeout=180) for _ in range(2 * (2 * UPDATES + 1))]
+    got = [out.get(timeout=180) for _ in range(results)]
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    return results
+    return got
+
+
+def run_two_ranks(data_dir):
+    return spawn_two_ranks(worker, data_dir, 2 * (2 * UPDATES + 1))
 
 
 def test_two_ranks_agree_and_match_one_process_with_both_batches(data_dir):  # noqa: F811
@@ -95,3 +100,25 @@ def test_two_ranks_agree_and_match_one_process_with_both_batches(data_dir):  # n
         torch.testing.assert_close(torch.from_numpy(ddp[name]), value, rtol=1e-4, atol=1e-5, msg=name)
         moved = max(moved, (value - initial[name]).abs().max().item())
     assert moved > 1e-2  # the updates were real
+
+
+def segmentation_worker(rank: int, port: int, data_dir, out) -> None:
+    import hashlib
+
+    from transduce.data.subword_dropout import SampledSplit
+    from transduce.train.distributed import broadcast
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        data = PreparedData.open(data_dir)
+        own = SampledSplit.sample(data.split("train"), data.vocabs, 0.1, [1, 1], 400).tensors()
+        got = SampledSplit.from_tensors(data.split("train"), broadcast(own, Dist(rank, 2)))
+        out.put((rank, hashlib.sha256(got.src.ids.tobytes() + got.tgt.ids.tobytes()).hexdigest()))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_rank_trains_on_rank_0s_bpe_dropout_segmentation(data_dir):  # noqa: F811
+    digests = dict(spawn_two_ranks(segmentation_worker, data_dir, 2))
+    assert digests[0] == digests[1]

@@ -221,3 +221,19 @@ def test_resume_refuses_a_changed_model_config(data_dir, tmp_path, capsys):
     assert cli_main(["train", str(config), "--resume", "--set", "model.d_ff=128"]) == 2
     err = capsys.readouterr().err
     assert "d_ff = 128 (checkpoint: 256)" in err and "step_00000002" in err
+
+
+def test_bpe_dropout_trains_and_a_resumed_run_finishes_the_epoch_on_the_stored_segmentation(
+        data_dir, tmp_path, monkeypatch, capsys):
+    from transduce.data.subword_dropout import SampledSplit
+
+    straight = write_config(tmp_path / "a.toml", data_dir, tmp_path / "a", subword_dropout=0.1)
+    train_in_process(straight)
+    assert "BPE-dropout" in "".join(capsys.readouterr())
+    assert (tmp_path / "a/checkpoints/step_00000008/subwords.safetensors").is_file()
+    split = write_config(tmp_path / "b.toml", data_dir, tmp_path / "b", subword_dropout=0.1, max_steps=4)
+    train_in_process(split)
+    monkeypatch.setattr(SampledSplit, "sample", lambda *a, **k: pytest.fail("epoch 1 was sampled again"))
+    train_in_process(split, resume=True, overrides=["max_steps=8"])
+    ref, got = (load_file(str(tmp_path / run / "checkpoints/step_00000008/model.safetensors")) for run in "ab")
+    assert all(torch.equal(ref[k], got[k]) for k in ref)

@@ -26,14 +26,26 @@ FORMAT = 1
 class TokenArray:
     """Sentences of token ids (no bos/eos): ``arr[i]`` is an int32 array, ``arr.lengths`` (N,) int64."""
 
-    def __init__(self, ids_path: Path, offsets_path: Path):
-        self.offsets = np.load(offsets_path, allow_pickle=False)  # (N+1,) int64
-        size = ids_path.stat().st_size
-        if size != 4 * int(self.offsets[-1]):
-            raise ValueError(f"{ids_path}: {size} bytes, the offsets in {offsets_path} need "
-                             f"{4 * int(self.offsets[-1])}; re-run `transduce prepare ... --force`")
-        self.ids = np.memmap(ids_path, dtype=np.int32, mode="r") if size else np.zeros(0, np.int32)
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray):
+        self.ids, self.offsets = ids, offsets  # (sum of lengths,) int32, (N+1,) int64
         self.lengths = np.diff(self.offsets)  # (N,)
+
+    @classmethod
+    def open(cls, ids_path: Path, offsets_path: Path) -> "TokenArray":
+        """The arrays written by :meth:`write`, ids memory-mapped."""
+        offsets = np.load(offsets_path, allow_pickle=False)  # (N+1,) int64
+        size = ids_path.stat().st_size
+        if size != 4 * int(offsets[-1]):
+            raise ValueError(f"{ids_path}: {size} bytes, the offsets in {offsets_path} need "
+                             f"{4 * int(offsets[-1])}; re-run `transduce prepare ... --force`")
+        return cls(np.memmap(ids_path, dtype=np.int32, mode="r") if size else np.zeros(0, np.int32), offsets)
+
+    @classmethod
+    def from_sentences(cls, sentences: Sequence[Sequence[int]]) -> "TokenArray":
+        """An in-memory array of ``sentences`` (lists of ids)."""
+        offsets = np.concatenate([[0], np.cumsum([len(s) for s in sentences])]).astype(np.int64)  # (N+1,)
+        ids = np.fromiter((i for s in sentences for i in s), dtype=np.int32, count=int(offsets[-1]))
+        return cls(ids, offsets)
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -43,12 +55,10 @@ class TokenArray:
 
     @staticmethod
     def write(sentences: Sequence[Sequence[int]], ids_path: Path, offsets_path: Path) -> None:
-        lengths = np.array([len(s) for s in sentences], dtype=np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # (N+1,)
-        flat = np.fromiter((i for s in sentences for i in s), dtype=np.int32, count=int(offsets[-1]))
-        flat.tofile(ids_path)
+        arr = TokenArray.from_sentences(sentences)
+        arr.ids.tofile(ids_path)
         with open(offsets_path, "wb") as f:
-            np.save(f, offsets, allow_pickle=False)
+            np.save(f, arr.offsets, allow_pickle=False)
 
 
 class ParallelIds:
@@ -56,8 +66,8 @@ class ParallelIds:
 
     def __init__(self, name: str, directory: Path, files: dict[str, str]):
         self.name = name
-        self.src = TokenArray(directory / files["src_ids"], directory / files["src_offsets"])
-        self.tgt = TokenArray(directory / files["tgt_ids"], directory / files["tgt_offsets"])
+        self.src = TokenArray.open(directory / files["src_ids"], directory / files["src_offsets"])
+        self.tgt = TokenArray.open(directory / files["tgt_ids"], directory / files["tgt_offsets"])
         if len(self.src) != len(self.tgt):
             raise ValueError(f"{directory}: split {name!r} has {len(self.src)} source and {len(self.tgt)} "
                              "target sentences; re-run `transduce prepare ... --force`")
@@ -67,7 +77,8 @@ class ParallelIds:
     def __len__(self) -> int:
         return len(self.src)
 
-    def _lines(self, side: str) -> list[str]:
+    def lines(self, side: str) -> list[str]:
+        """All sentences of ``side`` ("src" or "tgt") as NFC text, read once."""
         if side not in self._text:
             with open(self._text_paths[side], encoding="utf-8", newline="") as f:
                 lines = f.read().split("\n")[: len(self)]
@@ -77,10 +88,10 @@ class ParallelIds:
         return self._text[side]
 
     def src_text(self, i: int) -> str:
-        return self._lines("src")[i]
+        return self.lines("src")[i]
 
     def tgt_text(self, i: int) -> str:
-        return self._lines("tgt")[i]
+        return self.lines("tgt")[i]
 
 
 class PreparedData:

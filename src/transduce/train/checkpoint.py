@@ -4,6 +4,7 @@
         model.safetensors      weights (tied tensors stored once)
         optimizer.safetensors  Adam moments per parameter, RNG states as uint8 tensors
         state.json             step, data position, optimizer hyper-parameters, python/numpy RNG, configs…
+        subwords.safetensors   with BPE-dropout only: the epoch's segmentation of the training data
 
 A checkpoint is written into a temporary sibling directory, every file fsync'ed, then renamed into place
 (rename is atomic), so a run killed at any moment leaves only whole checkpoints. ``keep_last`` prunes the
@@ -26,7 +27,7 @@ from safetensors.torch import load_file, save_file
 
 from ..modeldir import _fsync_tree, load_weights, save_weights
 
-MODEL, OPTIM, STATE = "model.safetensors", "optimizer.safetensors", "state.json"
+MODEL, OPTIM, STATE, SUBWORDS = "model.safetensors", "optimizer.safetensors", "state.json", "subwords.safetensors"
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -89,8 +90,9 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Te
 
 
 def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    state: dict[str, Any]) -> Path:
-    """Write one checkpoint atomically to ``directory`` (replacing it if present)."""
+                    state: dict[str, Any], subwords: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write one checkpoint atomically to ``directory`` (replacing it if present); ``subwords``: the
+    tensors of :meth:`~transduce.data.subword_dropout.SampledSplit.tensors`, when training uses them."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
@@ -99,6 +101,8 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: to
         tensors, optim_meta = optimizer_tensors(optimizer)
         rng_tensors, rng_meta = rng_state()
         save_file({**tensors, **rng_tensors}, str(tmp / OPTIM))
+        if subwords is not None:
+            save_file(subwords, str(tmp / SUBWORDS))
         (tmp / STATE).write_text(json.dumps({**state, "optimizer": optim_meta, "rng": rng_meta}) + "\n")
         _fsync_tree(tmp)
         old = directory.with_name(f".{directory.name}.old")

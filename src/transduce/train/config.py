@@ -48,6 +48,7 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = None  # torch intra-op threads per process; None = torch's default
     fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
+    subword_dropout: float = 0.0  # BPE-dropout p: a new segmentation of the training text each epoch; 0 = off
     # scaled_dot_product_attention kernel in training: "auto" = the math kernel on CPU (measured faster for
     # short sentences, forward + backward) and PyTorch's own choice on CUDA
     attention_kernel: Literal["auto", "math", "flash", "efficient", "default"] = "auto"
@@ -86,6 +87,7 @@ class TrainConfig:
         check(self.adam_eps > 0, "adam_eps", f"must be positive, got {self.adam_eps}")
         check(self.weight_decay >= 0, "weight_decay", f"must be non-negative, got {self.weight_decay}")
         check(self.clip_norm >= 0, "clip_norm", f"must be non-negative (0 = off), got {self.clip_norm}")
+        check(0 <= self.subword_dropout < 1, "subword_dropout", f"must be in [0, 1), got {self.subword_dropout}")
         check(self.bleu_sentences >= 0, "bleu_sentences", f"must be non-negative, got {self.bleu_sentences}")
         for key in ("threads", "max_epochs", "save_every_steps", "patience"):
             value = getattr(self, key)

@@ -66,3 +66,12 @@ def all_sum(values: torch.Tensor, ctx: Dist) -> torch.Tensor:
 def teardown(ctx: Dist) -> None:
     if ctx.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def broadcast(obj, ctx: Dist):
+    """Rank 0's ``obj`` on every rank (picklable; the identity with one rank)."""
+    if not ctx.enabled:
+        return obj
+    box = [obj if ctx.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

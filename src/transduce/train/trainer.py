@@ -24,14 +24,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 
 from ..config import ConfigError, to_toml_text
 from ..data.batching import TokenBatches
+from ..data.subword_dropout import SampledSplit
 from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
 from . import checkpoint as ckpt
 from .config import TrainConfig
-from .distributed import Dist, all_sum, setup, teardown
+from .distributed import Dist, all_sum, broadcast, setup, teardown
 from .dropout import use_fast_dropout
 from .log import RunLog
 from .schedule import Schedule
@@ -84,6 +86,9 @@ class Trainer:
         self.validated_step: int | None = None  # not saved: a resumed run validates its end again
         self.resumed_from: Path | None = None
         self._plan_epoch, self._plan_cache = None, []
+        self.log: RunLog | None = None  # set by train(); _plan reports BPE-dropout through it
+        self.sampled: SampledSplit | None = None  # BPE-dropout: the current epoch's segmentation
+        self.resumed_subwords: tuple[int, dict] | None = None  # (epoch, tensors) from a resumed checkpoint
         random.seed(cfg.seed)
         np.random.seed(cfg.seed)
         torch.manual_seed(cfg.seed + 1 + self.ctx.rank)  # dropout differs across ranks
@@ -111,6 +116,8 @@ class Trainer:
         self.elapsed, self.best = state["elapsed_s"], state["best"]
         self.nonfinite_run, self.nonfinite_total = state["nonfinite_run"], state["nonfinite_total"]
         self.bad_validations = state["bad_validations"]
+        if state.get("subwords_epoch") is not None and (found[-1] / ckpt.SUBWORDS).is_file():
+            self.resumed_subwords = (state["subwords_epoch"], load_file(str(found[-1] / ckpt.SUBWORDS)))
         if self.stepper.scaler is not None and state.get("scaler"):
             self.stepper.scaler.load_state_dict(state["scaler"])
         if self.ctx.rank > 0:  # each rank has its own dropout stream; rank 0's was saved
@@ -122,13 +129,15 @@ class Trainer:
                 "best": self.best, "nonfinite_run": self.nonfinite_run, "nonfinite_total": self.nonfinite_total,
                 "bad_validations": self.bad_validations, "world_size": self.ctx.world_size,
                 "scaler": self.stepper.scaler.state_dict() if self.stepper.scaler is not None else None,
-                "train_config": self.cfg.to_dict(), "model_config": self.model_cfg.to_dict()}
+                "train_config": self.cfg.to_dict(), "model_config": self.model_cfg.to_dict(),
+                "subwords_epoch": self._plan_epoch if self.sampled is not None else None}
 
     def save(self, name: str | None = None) -> Path | None:
         if not self.ctx.is_main:
             return None
         path = self.ckpt_dir / name if name else ckpt.step_dir(self.ckpt_dir, self.step)
-        ckpt.save_checkpoint(path, self.model, self.optimizer, self._state())
+        ckpt.save_checkpoint(path, self.model, self.optimizer, self._state(),
+                             self.sampled.tensors() if self.sampled is not None else None)
         if name is None:
             ckpt.prune(self.ckpt_dir, self.cfg.keep_last)
         return path
@@ -150,14 +159,34 @@ class Trainer:
 
     def _plan(self) -> list:
         if self._plan_epoch != self.epoch:
+            if self.cfg.subword_dropout > 0:
+                self._segment(self.epoch)
             self._plan_epoch, self._plan_cache = self.epoch, self.batches.indices(self.epoch)
         return self._plan_cache
+
+    def _segment(self, epoch: int) -> None:
+        """BPE-dropout: batches of ``epoch``'s segmentation, sampled on rank 0 and broadcast (or the one a
+        resumed checkpoint stored for this epoch)."""
+        cfg, split = self.cfg, self.data.split(self.cfg.train_split)
+        stored, self.resumed_subwords = self.resumed_subwords, None
+        if stored is not None and stored[0] == epoch:
+            tensors = stored[1]
+        else:
+            tensors = SampledSplit.sample(split, self.data.vocabs, cfg.subword_dropout, [cfg.seed, epoch],
+                                          cfg.max_tokens).tensors() if self.ctx.is_main else None
+            tensors = broadcast(tensors, self.ctx)
+        self.sampled = SampledSplit.from_tensors(split, tensors)
+        self.batches = TokenBatches(self.sampled, cfg.max_tokens, seed=cfg.seed, shuffle=True,
+                                    rank=self.ctx.rank, world_size=self.ctx.world_size)
+        if self.log is not None and (self._plan_epoch is None or self.sampled.kept):
+            self.log.message(f"epoch {epoch}: {self.sampled.describe()}")
 
     # ------------------------------------------------------------------ loop
     def train(self) -> Path:
         cfg, main = self.cfg, self.ctx.is_main
         log = RunLog(self.run_dir, main, cfg.max_steps, self.step, cfg.log_every, cfg.tensorboard,
                      None if cfg.max_minutes is None else 60 * cfg.max_minutes - self.elapsed)
+        self.log = log
         if self.resumed_from is not None:
             log.message(f"resumed from {self.resumed_from} (step {self.step}, epoch {self.epoch})")
         elif self.resume_requested:
