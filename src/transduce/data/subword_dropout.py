@@ -37,7 +37,7 @@ class SampledSplit:
         self.base_tokens = (int(split.src.offsets[-1]), int(split.tgt.offsets[-1]))
 
     @classmethod
-    def sample(cls, split: ParallelIds, vocabs: Vocabs, p: float, seed: int, max_width: int) -> "SampledSplit":
+    def sample(cls, split: ParallelIds, vocabs: Vocabs, p: float, seed: int | list[int], max_width: int) -> "SampledSplit":
         """Segment both sides of ``split`` with BPE-dropout ``p``.
 
         A pair whose sampled form would need more than ``max_width`` positions on either side (ids + eos
@@ -80,5 +80,4 @@ class SampledSplit:
 def _sample(vocab, texts: list[str], p: float, state: int) -> list[list[int]]:
     """BPE-dropout ids of ``texts`` (no bos/eos)."""
     spm.set_random_generator_seed(state)  # repeats within this process (see the module's docstring)
-    return vocab.sp.encode([vocab.normalize(t) for t in texts], enable_sampling=True, alpha=p, nbest_size=-1,
-                           num_threads=1)
+    return vocab.encode_batch(texts, dropout=p)
