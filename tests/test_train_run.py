@@ -116,6 +116,24 @@ def test_linear_schedule_decays_to_zero_at_the_end_of_the_step_budget(data_dir, 
     assert lrs[-1] == pytest.approx(3e-3 * 0.1) and all(a > b for a, b in zip(lrs[1:], lrs[2:]))
 
 
+def test_dropout_ramp_follows_the_budget_and_controls_every_residual_dropout(data_dir, tmp_path, capsys):
+    # A ramp from 0 to 0 must train exactly as a model without residual dropout: no dropout escapes it.
+    plain = write_config(tmp_path / "plain.toml", data_dir, tmp_path / "plain", max_steps=6, save_every_steps=1000)
+    train_in_process(plain, overrides=["model.dropout=0.0"])
+    ramped = write_config(tmp_path / "ramp.toml", data_dir, tmp_path / "ramp", max_steps=6, save_every_steps=1000,
+                          dropout_ramp=[0.0, 0.0])
+    train_in_process(ramped, overrides=["model.dropout=0.3"])
+    a = load_file(str(tmp_path / "plain" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "ramp" / "model" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # 0.1 -> 0.5 over 10 updates: the 10th update runs at progress 9/10
+    rising = write_config(tmp_path / "rise.toml", data_dir, tmp_path / "rise", max_steps=10, save_every_steps=1000,
+                          dropout_ramp=[0.1, 0.5])
+    trainer = train_in_process(rising)
+    assert [m.p for m in trainer.ramp.modules] == pytest.approx([0.1 + 0.4 * 9 / 10] * 12)
+    assert "residual dropout ramps 0.1 -> 0.5 over the budget" in capsys.readouterr().out
+
+
 def test_sigkill_and_resume_is_bit_identical(data_dir, tmp_path):
     reference = write_config(tmp_path / "ref.toml", data_dir, tmp_path / "ref")
     train_in_process(reference)

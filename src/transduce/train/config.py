@@ -49,6 +49,8 @@ class TrainConfig:
     threads: int | None = None  # torch intra-op threads per process; None = torch's default
     fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
     subword_dropout: float = 0.0  # BPE-dropout p: a new segmentation of the training text each epoch; 0 = off
+    # [start, end]: residual dropout P_drop rises (or falls) linearly over the budget instead of model.dropout
+    dropout_ramp: list[float] | None = None
     # scaled_dot_product_attention kernel in training: "auto" = the math kernel on CPU (measured faster for
     # short sentences, forward + backward) and PyTorch's own choice on CUDA
     attention_kernel: Literal["auto", "math", "flash", "efficient", "default"] = "auto"
@@ -87,6 +89,11 @@ class TrainConfig:
         check(self.adam_eps > 0, "adam_eps", f"must be positive, got {self.adam_eps}")
         check(self.weight_decay >= 0, "weight_decay", f"must be non-negative, got {self.weight_decay}")
         check(self.clip_norm >= 0, "clip_norm", f"must be non-negative (0 = off), got {self.clip_norm}")
+        check(self.dropout_ramp is None or (len(self.dropout_ramp) == 2 and all(
+            isinstance(p, (int, float)) and 0 <= p < 1 for p in self.dropout_ramp)), "dropout_ramp",
+            f"must be two rates [start, end], each in [0, 1), got {self.dropout_ramp}")
+        if self.dropout_ramp is not None:
+            self.dropout_ramp = [float(p) for p in self.dropout_ramp]
         check(0 <= self.subword_dropout < 1, "subword_dropout", f"must be in [0, 1), got {self.subword_dropout}")
         check(self.bleu_sentences >= 0, "bleu_sentences", f"must be non-negative, got {self.bleu_sentences}")
         for key in ("threads", "max_epochs", "save_every_steps", "patience"):

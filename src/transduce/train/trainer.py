@@ -34,7 +34,7 @@ from ..modeldir import save_model_dir
 from . import checkpoint as ckpt
 from .config import TrainConfig
 from .distributed import Dist, all_sum, broadcast, setup, teardown
-from .dropout import use_fast_dropout
+from .dropout import DropoutRamp, use_fast_dropout
 from .log import RunLog
 from .schedule import Schedule
 from .step import Stepper, UpdateStats
@@ -68,6 +68,7 @@ class Trainer:
         self.model = Transformer(model_cfg).to(self.device)
         if cfg.fast_dropout:
             use_fast_dropout(self.model)
+        self.ramp = DropoutRamp(self.model, *cfg.dropout_ramp) if cfg.dropout_ramp else None
         self.model.train()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=tuple(cfg.adam_betas),
                                           eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=True)
@@ -191,6 +192,9 @@ class Trainer:
             log.message(f"resumed from {self.resumed_from} (step {self.step}, epoch {self.epoch})")
         elif self.resume_requested:
             log.message(f"--resume: no checkpoint in {self.ckpt_dir}, starting from step 0")
+        if self.ramp is not None:
+            log.message(f"residual dropout ramps {self.ramp.start} -> {self.ramp.end} over the budget "
+                        f"(train.dropout_ramp); now {self.ramp(self.progress()):.3f}")
         bleu = bleu_hook(self.valid, self.data.vocabs, cfg.bleu_sentences, cfg.bleu_beam, self.device) \
             if self.valid is not None and main else None
         if self.valid is None:
@@ -207,6 +211,8 @@ class Trainer:
                 if batches is None:
                     self.stop_reason = f"max_epochs={cfg.max_epochs} reached"
                     break
+                if self.ramp is not None:
+                    self.ramp(self.progress())
                 stats = self.stepper.update(batches, self.step + 1, self.progress())
                 if not self._account(stats, log):
                     continue
