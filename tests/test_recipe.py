@@ -68,6 +68,7 @@ def test_recipe_runs_end_to_end_and_chooses_on_valid(raw, tmp_path, processes):
     assert saved["train"]["step"] == 12 and saved["train_processes"] == processes
     assert saved["averaged_checkpoints"] == 3 and set(saved["scores"]) == {"final", "averaged"}
     chosen = saved["chosen"]
+    assert saved["chosen_by"] == "bleu"  # cased output: sacreBLEU
     valid = {name: s["valid"]["bleu"] for name, s in saved["scores"].items()}
     assert valid[chosen] == max(valid.values())
     assert "test" in saved["scores"][chosen] and all("test" not in s for n, s in saved["scores"].items() if n != chosen)
@@ -80,6 +81,39 @@ def test_recipe_runs_end_to_end_and_chooses_on_valid(raw, tmp_path, processes):
     assert (out / "model" / "config.toml").is_file() and results["chosen"] == chosen
     if processes == 2:  # BPE-dropout under torchrun: rank 0 samples the epoch's segmentation, rank 1 receives it
         assert list((out / "run" / "checkpoints").glob("step_*/subwords.safetensors"))
+
+
+def test_a_lowercased_recipe_chooses_alpha_and_model_on_tok_lc_bleu(raw, tmp_path, monkeypatch):
+    # Cased sacreBLEU of lowercase output is meaningless. Scores are rigged so that the two metrics
+    # disagree: tok-lc BLEU prefers alpha 2.0 and the averaged model, sacreBLEU alpha 0.0 and the final one.
+    import transduce.api
+    import transduce.recipe as recipe_module
+
+    real = recipe_module._score
+
+    def rigged(evaluate_model, translator, data, split, decode, hyp_path=None):
+        result = real(evaluate_model, translator, data, split, decode, hyp_path)
+        averaged = translator is rigged.translators.get("averaged")
+        result["tok_lc_bleu"] = 10 * decode["alpha"] + averaged
+        result["bleu"] = 10 * (2.0 - decode["alpha"]) + (not averaged)
+        return result
+
+    rigged.translators = {}
+    real_load = transduce.api.load
+
+    def load(directory, **kw):
+        translator = real_load(directory, **kw)
+        rigged.translators["averaged" if Path(directory).name == "averaged" else "final"] = translator
+        return translator
+
+    monkeypatch.setattr(recipe_module, "_score", rigged)
+    monkeypatch.setattr(transduce.api, "load", load)
+    out = tmp_path / "out"
+    run_recipe(load_recipe(write_recipe(tmp_path / "r.toml", raw, out, 1), ["prepare.lowercase=true"]))
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["chosen_by"] == "tok_lc_bleu" and saved["chosen"] == "averaged"
+    assert saved["decode"]["alpha"] == 2.0 and saved["scores"]["averaged"]["test"]["alpha"] == 2.0
+    assert saved["alpha_sweep_valid_bleu"]["averaged"] == {"0.0": 1.0, "0.6": 7.0, "2.0": 21.0}
 
 
 def test_recipe_rejects_unknown_keys_and_bad_values(raw, tmp_path):

@@ -236,6 +236,8 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     data = PreparedData.open(recipe.data_dir)
     ev = recipe.evaluate
     base = dict(beam=ev.beam, max_len_a=ev.max_len_a, max_len_b=ev.max_len_b)
+    # lowercased outputs make cased sacreBLEU meaningless: choose them on tok-lc BLEU, the figure that applies
+    metric = "tok_lc_bleu" if recipe.prepare.lowercase else "bleu"
     scores: dict[str, dict[str, Any]] = {}
     sweeps: dict[str, dict[str, float]] = {}
     translators = {}
@@ -245,11 +247,12 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
         for alpha in ev.alphas:
             _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {alpha})")
             tried[alpha] = _score(evaluate_model, translators[name], data, ev.valid_split, {**base, "alpha": alpha})
-        best = max(tried, key=lambda a: tried[a]["bleu"])  # the first of equals
+        best = max(tried, key=lambda a: tried[a][metric])  # the first of equals
         scores[name] = {ev.valid_split: {**tried[best], "alpha": best}}
-        sweeps[name] = {str(a): tried[a]["bleu"] for a in tried}
-    chosen = max(scores, key=lambda n: scores[n][ev.valid_split]["bleu"])
+        sweeps[name] = {str(a): tried[a][metric] for a in tried}
+    chosen = max(scores, key=lambda n: scores[n][ev.valid_split][metric])
     decode = {**base, "alpha": scores[chosen][ev.valid_split]["alpha"]}
+    results["chosen_by"] = metric
     if len(ev.alphas) > 1:
         results["alpha_sweep_valid_bleu"] = sweeps
     translator = translators[chosen]
@@ -315,7 +318,8 @@ def run(args: argparse.Namespace) -> int:
     results = run_recipe(recipe, resume=args.resume, evaluate_only=args.evaluate_only)
     m = results["machine"]
     print(f"\n{results_table(results)}\n")
-    print(f"chosen on {recipe.evaluate.valid_split}: {results['chosen']}; training {results['train_wall_s']} s "
+    by = "tok-lc BLEU" if results.get("chosen_by") == "tok_lc_bleu" else "sacreBLEU"
+    print(f"chosen on {recipe.evaluate.valid_split} {by}: {results['chosen']}; training {results['train_wall_s']} s "
           f"wall-clock, {results['train'].get('step', '?')} updates; {m['cpu']}, {results['train_processes']} "
           f"process(es) x {results['train_threads']} training thread(s), "
           f"{results['dtype']}, seed {results['seed']}")
