@@ -211,9 +211,10 @@ class Trainer:
                 if batches is None:
                     self.stop_reason = f"max_epochs={cfg.max_epochs} reached"
                     break
+                progress = self.progress()
                 if self.ramp is not None:
-                    self.ramp(self.progress())
-                stats = self.stepper.update(batches, self.step + 1, self.progress())
+                    self.ramp(progress)
+                stats = self.stepper.update(batches, self.step + 1, progress)
                 if not self._account(stats, log):
                     continue
                 self.step += 1
