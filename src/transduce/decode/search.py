@@ -12,12 +12,15 @@ share its batch. Two things in a batch can change float rounding: the padded sou
 (handled by the caller, who pads each sentence to a length that depends only on itself, see
 :mod:`~transduce.decode.translator`) and the number of decoder rows, because the CPU GEMM
 kernels pick another path for fewer than 4 rows and split odd row counts differently over
-threads. So the batch always holds a multiple of ``ROW_MULTIPLE`` sentences: when needed it
-is padded with *ghost* copies of its first sentence whose outputs are ignored.
+threads. So the decoder always runs a multiple of ``ROW_MULTIPLE`` rows: when needed the batch
+is padded with *ghost* copies of its first sentence whose outputs are ignored. The first step
+feeds one row per sentence, so it needs a multiple of 4 sentences; a beam of 4 needs no ghosts
+after it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -73,8 +76,10 @@ class _Batch:
     real: int  # the first ``real`` slots are live sentences
 
     @classmethod
-    def of(cls, sentences: list[int]) -> "_Batch":
-        return cls(sentences + [sentences[0]] * (-len(sentences) % ROW_MULTIPLE), len(sentences))
+    def of(cls, sentences: list[int], rows: int = 1) -> "_Batch":
+        """Pad with ghosts until slots × ``rows`` (decoder rows per slot) is a multiple of ROW_MULTIPLE."""
+        multiple = ROW_MULTIPLE // math.gcd(rows, ROW_MULTIPLE)  # beam 4: none after the first step
+        return cls(sentences + [sentences[0]] * (-len(sentences) % multiple), len(sentences))
 
 
 def _start(model, src: Tensor, beam: int):
@@ -248,7 +253,7 @@ def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a
                 next_scores.append([val for _, _, val in picked])
         if not keep_slots:
             return [f.hyps[:nbest] for f in finished]
-        new = _Batch.of([batch.slots[s] for s in keep_slots])
+        new = _Batch.of([batch.slots[s] for s in keep_slots], rows=beam)
         ghosts = len(new.slots) - new.real
         next_rows += next_rows[:beam] * ghosts
         next_tok += next_tok[:beam] * ghosts
@@ -256,7 +261,7 @@ def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a
         sentences = keep_slots + [keep_slots[0]] * ghosts
         row_idx = torch.tensor(next_rows, device=dev)
         # no sentence left (ghosts always hold slot 0's encoder side): the encoder-side tensors stay as they are
-        same = keep_slots == list(range(batch.real))
+        same = keep_slots == list(range(batch.real)) and len(new.slots) == len(batch.slots)
         cache.reorder(row_idx, sentences=None if same else torch.tensor(sentences, device=dev), beam=beam)
         flat_hist = history.reshape(len(batch.slots) * rows, t).index_select(0, row_idx)  # (slots'·k, t)
         history = torch.cat([flat_hist, torch.tensor(next_tok, device=dev)[:, None]], 1).view(len(new.slots), beam, -1)
