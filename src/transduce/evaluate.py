@@ -84,6 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", choices=DTYPES, default="fp32")
+    p.add_argument("--native", action="store_true", help="run each decoder step as one C++ call (same output, less overhead at small batches; built on first use)")
     p.add_argument("--output", help="with --model: also write the translations here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -109,7 +110,7 @@ def run(args) -> int:
         src = read_lines(args.src)
         if len(src) != len(refs):
             raise ValueError(f"{args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
-        translator = load(args.model, args.device, args.dtype)
+        translator = load(args.model, args.device, args.dtype, native=args.native)
         result = evaluate_model(translator, src, refs, args.lang, beam=args.beam, alpha=args.alpha,
                                 max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_tokens=args.batch_tokens)
         hyps = result.pop("hypotheses")

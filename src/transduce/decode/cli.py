@@ -49,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="CPU threads; 1 (default) is bit-exactly batch-invariant, more may change last bits")
     run_.add_argument("--dtype", choices=list(DTYPES), default="fp32",
                       help="bf16: weights and activations; int8: dynamically quantised linear layers (CPU)")
+    run_.add_argument("--native", action="store_true",
+                      help="run each decoder step as one C++ call (same output, less overhead at small batches; built on first use)")
     run_.add_argument("--no-truncate", action="store_true", help="error on inputs longer than the model allows")
     run_.add_argument("--stats", action="store_true", help="print sentences/s and tokens/s to stderr")
 
@@ -89,7 +91,7 @@ def run(args) -> int:
 
     options = _options(args)
     torch.set_num_threads(args.threads)
-    translator = load(args.model, args.device, args.dtype, args.ensemble)
+    translator = load(args.model, args.device, args.dtype, args.ensemble, native=args.native)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         if not args.files and sys.stdin.isatty():

@@ -232,6 +232,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="fp32", choices=DTYPES)
+    parser.add_argument("--native", action="store_true", help="run each decoder step as one C++ call (same output, less overhead at small batches; built on first use)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--max-sentences", type=int, default=d.max_sentences, help="sentences per request")
     parser.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per sentence")
@@ -264,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    translator = load(args.model, device=args.device, dtype=args.dtype)
+    translator = load(args.model, device=args.device, dtype=args.dtype, native=args.native)
     app = create_app(translator, settings, name=Path(args.model).name)
     uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout,
                 log_level="info")
