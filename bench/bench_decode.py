@@ -25,8 +25,10 @@ from pathlib import Path
 
 from common import ROOT, markdown_table
 
-ENGINES = ("transduce-fp32", "transduce-bf16", "transduce-int8", "transduce-bf16-compile", "transduce-int8-compile",
+ENGINES = ("transduce-fp32", "transduce-bf16", "transduce-int8", "transduce-fp32-native", "transduce-bf16-native",
            "hf-fp32", "ct2-float32", "ct2-int8")
+# measured in session 4 and slower where it matters (BENCHMARKS.md); runnable by name, not by default
+EXPERIMENTS = ("transduce-bf16-compile", "transduce-int8-compile")
 SAME_ARITHMETIC = {"hf-fp32": "transduce-fp32", "ct2-float32": "transduce-fp32"}  # pairs whose outputs must agree
 MAX_LEN_B = 50
 
@@ -40,10 +42,16 @@ def _transduce(model_dir: Path, variant: str, threads: int):
     from transduce.modeldir import load_model_dir
 
     model, _, _ = load_model_dir(model_dir)
-    dtype, _, compiled = variant.partition("-")
+    dtype, _, how = variant.partition("-")
     model = for_decoding(model.eval(), dtype, torch.device("cpu"))  # what `transduce translate --dtype` runs
-    if compiled:  # an experiment, not a product option: dynamic-shape recompiles make it slower at batch 64
+    if how == "compile":  # an experiment, not a product option: dynamic-shape recompiles make it slower at batch 64
         model.decode_step = torch.compile(model.decode_step, dynamic=True)
+    elif how == "native":  # what `transduce translate --native` runs: each step one C++ call
+        from transduce.decode.native import native_step
+
+        model = native_step(model)
+        if model is None:
+            raise SystemExit("the C++ decoder step is not available here")
 
     @torch.inference_mode()
     def run(batch: list[list[int]], beam: int) -> list[list[int]]:
@@ -96,7 +104,7 @@ def worker(argv: list[str]) -> None:
     from transduce.data.vocab import Vocabs
 
     p = argparse.ArgumentParser()
-    p.add_argument("engine", choices=ENGINES)
+    p.add_argument("engine", choices=ENGINES + EXPERIMENTS)
     p.add_argument("--model", type=Path, required=True, help="transduce model directory")
     p.add_argument("--exports", type=Path, required=True, help="where the hf/ and ct2-*/ exports are")
     p.add_argument("--sources", type=Path, required=True, help="JSON list of source id lists (ids + eos)")
