@@ -84,3 +84,21 @@ def test_decode_workers_agree(tiny_model_dir, tmp_path):
     assert "error" not in ours and "error" not in ct2, (ours, ct2)
     assert ours["sentences"] == 2 and ours["maxrss_mb"] > 0
     assert ours["hyps"] == ct2["hyps"]  # same arithmetic, same best hypotheses
+
+
+def test_decode_native_engine_agrees(tiny_model_dir, tmp_path):
+    """The benchmark's native engine decodes exactly what its Python engine does."""
+    import shutil
+
+    if shutil.which("c++") is None:
+        pytest.skip("no C++ compiler to build the native decoder step")
+    from bench_decode import run_engine
+    from transduce.data.vocab import Vocabs
+
+    vocab = Vocabs.load(tiny_model_dir / "vocab").src
+    src = [vocab.encode(s) + [3] for s in ("A man is riding a bike.", "Two dogs play in the snow.", "A girl.")]
+    (tmp_path / "src.json").write_text(str(src))
+    runs = [run_engine(e, tiny_model_dir, tmp_path, tmp_path / "src.json", 2, 1)
+            for e in ("transduce-fp32", "transduce-fp32-native")]
+    assert all("error" not in r for r in runs), runs
+    assert runs[1]["hyps"] == runs[0]["hyps"] and runs[1]["sentences"] == 3

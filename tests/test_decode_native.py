@@ -75,6 +75,18 @@ def test_translator_native_flag_same_output(tiny_model_dir):
     assert run(fast) == run(plain)
 
 
+def test_cli_native_flag(tiny_model_dir, tmp_path, capsys):
+    from transduce.cli import main
+
+    src = tmp_path / "in.en"
+    src.write_text("\n".join(read_multi30k("test_2016_flickr", "en", 6)) + "\n", encoding="utf-8")
+    outputs = []
+    for extra in ([], ["--native"]):
+        assert main(["translate", "--model", str(tiny_model_dir), "--beam", "4", *extra, str(src)]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[1] == outputs[0] and outputs[0].count("\n") == 6
+
+
 @pytest.mark.parametrize("overrides, reason", [(dict(attention="additive"), "additive"),
                                                (dict(attention_window=3), "attention_window")])
 def test_unsupported_configs_are_named(overrides, reason):
