@@ -17,7 +17,6 @@ import functools
 import warnings
 from pathlib import Path
 
-import torch
 from torch import Tensor, nn
 
 from ..model import Transformer
