@@ -26,7 +26,7 @@ from pathlib import Path
 from common import ROOT, markdown_table
 
 ENGINES = ("transduce-fp32", "transduce-bf16", "transduce-int8", "transduce-fp32-native", "transduce-bf16-native",
-           "hf-fp32", "ct2-float32", "ct2-int8")
+           "transduce-int8-native", "hf-fp32", "ct2-float32", "ct2-int8")
 # measured in session 4 and slower where it matters (BENCHMARKS.md); runnable by name, not by default
 EXPERIMENTS = ("transduce-bf16-compile", "transduce-int8-compile")
 SAME_ARITHMETIC = {"hf-fp32": "transduce-fp32", "ct2-float32": "transduce-fp32"}  # pairs whose outputs must agree
@@ -43,7 +43,15 @@ def _transduce(model_dir: Path, variant: str, threads: int):
 
     model, _, _ = load_model_dir(model_dir)
     dtype, _, how = variant.partition("-")
-    model = for_decoding(model.eval(), dtype, torch.device("cpu"))  # what `transduce translate --dtype` runs
+    if how == "native" and dtype == "int8":  # `--dtype int8 --native`: the C++ step quantises the fp32 decoder
+        from transduce.decode.native import native_step
+
+        model = native_step(model.eval(), int8=True)
+        if model is None:
+            raise SystemExit("the C++ decoder step is not available here")
+        how = ""
+    else:
+        model = for_decoding(model.eval(), dtype, torch.device("cpu"))  # what `transduce translate --dtype` runs
     if how == "compile":  # an experiment, not a product option: dynamic-shape recompiles make it slower at batch 64
         model.decode_step = torch.compile(model.decode_step, dynamic=True)
     elif how == "native":  # what `transduce translate --native` runs: each step one C++ call

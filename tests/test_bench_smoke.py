@@ -99,6 +99,7 @@ def test_decode_native_engine_agrees(tiny_model_dir, tmp_path):
     src = [vocab.encode(s) + [3] for s in ("A man is riding a bike.", "Two dogs play in the snow.", "A girl.")]
     (tmp_path / "src.json").write_text(str(src))
     runs = [run_engine(e, tiny_model_dir, tmp_path, tmp_path / "src.json", 2, 1)
-            for e in ("transduce-fp32", "transduce-fp32-native")]
+            for e in ("transduce-fp32", "transduce-fp32-native", "transduce-int8-native")]
     assert all("error" not in r for r in runs), runs
     assert runs[1]["hyps"] == runs[0]["hyps"] and runs[1]["sentences"] == 3
+    assert runs[2]["sentences"] == 3 and len(runs[2]["hyps"]) == 3  # int8: an approximation, also decodes

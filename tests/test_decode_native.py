@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import read_multi30k
-from transduce.api import load
+from transduce.api import _native, load
 from transduce.decode import native
 from transduce.decode.search import beam_search, greedy
 from transduce.model import ModelConfig, Transformer
@@ -95,14 +95,56 @@ def test_unsupported_configs_are_named(overrides, reason):
     assert native.native_step(model) is None
 
 
-def test_int8_and_recording_are_not_covered(tiny_model_dir):
+def test_quantised_models_and_recording_are_not_covered(tiny_model_dir):
     assert "quantis" in native.supports(load(tiny_model_dir, dtype="int8").model)
     model = load(tiny_model_dir).model
     model.decoder.layers[0].cross_attn.record = []
     assert "recorded" in native.supports(model)
-    with pytest.warns(RuntimeWarning, match="int8"):  # asked for, not available: the user is told why
-        translator = load(tiny_model_dir, dtype="int8", native=True)
-    assert not isinstance(translator.model, native.NativeStep)
+    with pytest.warns(RuntimeWarning, match="recorded"):  # asked for, not available: the user is told why
+        assert native.native_step(model) is None and _native(model, "int8", torch.device("cpu")) is not None
+    with pytest.raises(ValueError, match="fp32"):
+        native.native_step(load(tiny_model_dir, dtype="bf16").model, int8=True)
+
+
+def _step_log_probs(decoder, src: torch.Tensor, steps: int, feed=None) -> list[torch.Tensor]:
+    """Log-probabilities (B, V) of ``steps`` steps, fed ``feed[t]`` after step t (default: the argmax)."""
+    cache = decoder.init_cache(decoder.encode(src), 1)
+    tokens, out = torch.full((src.size(0),), 2), []
+    for t in range(steps):
+        out.append(torch.log_softmax(decoder.decode_step(tokens, cache), -1))
+        tokens = out[-1].argmax(-1) if feed is None else feed[t]
+    return out
+
+
+def test_int8_step_approximates_fp32_as_closely_as_python_int8(tiny_model_dir):
+    """The int8 C++ step is int8 arithmetic (not fp32) and no further from fp32 than ``--dtype int8``."""
+    model = load(tiny_model_dir).model
+    fast = native.native_step(model, int8=True)
+    assert fast.int8
+    src = torch.tensor([[5, 6, 7, 8, 3, 0, 0, 0], [9, 10, 11, 12, 13, 14, 15, 3],
+                        [20, 21, 22, 3, 0, 0, 0, 0], [30, 31, 32, 33, 34, 35, 3, 0]])
+    ref = _step_log_probs(model, src, 5)
+    feed = [lp.argmax(-1) for lp in ref]  # every decoder is fed fp32's greedy tokens
+    ours = _step_log_probs(fast, src, 5, feed)
+    python_int8 = _step_log_probs(load(tiny_model_dir, dtype="int8").model, src, 5, feed)
+    ours_err = max((a - b).abs().max().item() for a, b in zip(ours, ref))
+    python_err = max((a - b).abs().max().item() for a, b in zip(python_int8, ref))
+    assert 0 < ours_err <= max(python_err, 0.05), (ours_err, python_err)
+    fp32_caches = [model.init_cache(model.encode(src), 1) for _ in range(2)]  # the step alone is int8
+    bos = torch.full((src.size(0),), 2)
+    assert not torch.equal(fast.decode_step(bos, fp32_caches[0]), model.decode_step(bos, fp32_caches[1]))
+    agree = lambda lps: sum(a.argmax(-1).eq(b.argmax(-1)).sum().item() for a, b in zip(lps, ref))
+    assert agree(ours) >= agree(python_int8), (agree(ours), agree(python_int8))  # of 20 steps
+
+
+def test_translator_int8_native(tiny_model_dir):
+    lines = read_multi30k("test_2016_flickr", "en", 24)
+    fast = load(tiny_model_dir, dtype="int8", native=True)
+    assert isinstance(fast.model, native.NativeStep) and fast.model.int8
+    fp32 = load(tiny_model_dir).translate(lines, beam=4)
+    same = sum(a == b for a, b in zip(fast.translate(lines, beam=4, batch_size=5), fp32))
+    python_same = sum(a == b for a, b in zip(load(tiny_model_dir, dtype="int8").translate(lines, beam=4), fp32))
+    assert same >= min(python_same, 18), (same, python_same)
 
 
 def test_build_failure_falls_back_with_a_warning(monkeypatch):

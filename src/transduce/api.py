@@ -19,8 +19,9 @@ def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str =
     ``dtype`` is ``"fp32"``, ``"bf16"`` (weights and activations; scores are computed in fp32) or
     ``"int8"`` (CPU: dynamically quantised linear layers).
     Ensemble members must have the same vocabularies as the first model.
-    ``native`` runs each decoder step as one C++ call (:mod:`transduce.decode.native`; same
-    outputs, less per-step overhead, built on first use); where it cannot, a warning says why.
+    ``native`` runs each decoder step as one C++ call (:mod:`transduce.decode.native`; less per-step
+    overhead, built on first use; fp32 and bf16 give the same outputs as without it, int8 runs fbgemm's
+    int8 GEMMs in the step); where it cannot, a warning says why.
 
     >>> translator = load("runs/multi30k/model")            # doctest: +SKIP
     >>> translator.translate(["A dog runs."], beam=4)        # doctest: +SKIP
@@ -34,21 +35,28 @@ def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str =
         if v.src.proto != vocabs.src.proto or v.tgt.proto != vocabs.tgt.proto:
             raise ValueError(f"{other}: ensemble member has a different vocabulary from {model_dir}")
         models.append(m)
-    models = [for_decoding(m.eval(), dtype, torch.device(device)) for m in models]
     if native:
-        models = [_native(m) for m in models]
+        models = [_native(m.eval(), dtype, torch.device(device)) for m in models]
+    else:
+        models = [for_decoding(m.eval(), dtype, torch.device(device)) for m in models]
     decoder = models[0] if len(models) == 1 else Ensemble(models)
     return Translator(decoder, vocabs, device, meta)
 
 
-def _native(model):
-    """``model`` with the C++ decoder step, or ``model`` itself and a warning saying why not."""
+def _native(model, dtype: str, device: torch.device):
+    """``model`` in ``dtype`` with the C++ decoder step, or without it and a warning saying why not.
+
+    int8: the C++ step quantises the fp32 model's decoder itself (fbgemm); the fallback is ``for_decoding``'s.
+    """
     from .decode import native
 
+    int8 = dtype == "int8" and device.type == "cpu"
+    if not int8:
+        model = for_decoding(model, dtype, device)
     why = native.supports(model)
-    fast = native.native_step(model) if why is None else None
+    fast = native.native_step(model, int8=int8) if why is None else None
     if fast is None:
         warnings.warn(f"native decoder step not used ({why or 'the extension could not be built'}); "
                       "decoding with the Python step", RuntimeWarning, stacklevel=3)
-        return model
+        return for_decoding(model, dtype, device) if int8 else model
     return fast

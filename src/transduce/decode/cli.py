@@ -50,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run_.add_argument("--dtype", choices=list(DTYPES), default="fp32",
                       help="bf16: weights and activations; int8: dynamically quantised linear layers (CPU)")
     run_.add_argument("--native", action="store_true",
-                      help="run each decoder step as one C++ call (same output, less overhead at small batches; built on first use)")
+                      help="run each decoder step as one C++ call (less overhead at small batches; fp32/bf16 output unchanged, int8 runs fbgemm int8 GEMMs in the step; built on first use)")
     run_.add_argument("--no-truncate", action="store_true", help="error on inputs longer than the model allows")
     run_.add_argument("--stats", action="store_true", help="print sentences/s and tokens/s to stderr")
 

@@ -3,11 +3,13 @@
 At batch 1 a beam-search step is a few hundred small tensor ops whose dispatch from Python costs
 more than their work. :class:`NativeStep` wraps a :class:`~transduce.model.Transformer` and runs
 each step as one C++ call over the same ATen ops, so its outputs equal the Python step's.
+With ``int8=True`` the step's linear maps run fbgemm's int8 GEMM instead (an approximation of fp32,
+like ``--dtype int8``, with weights quantised once from the fp32 model).
 
 The extension is compiled with ``torch.utils.cpp_extension`` on first use (tens of seconds, then
 cached under ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``). :func:`native_step`
 returns ``None`` when it cannot apply — no C++ compiler, or a model the C++ step does not cover
-(a GPU, int8 dynamic quantisation, additive attention, restricted attention windows, attention
+(a GPU, an already quantised model, additive attention, restricted attention windows, attention
 recording) — and callers then use the model itself.
 """
 
@@ -17,6 +19,7 @@ import functools
 import warnings
 from pathlib import Path
 
+import torch
 from torch import Tensor, nn
 
 from ..model import Transformer
@@ -64,34 +67,56 @@ def supports(model: nn.Module) -> str | None:
     return None
 
 
+def _float(ext, module: nn.Linear):
+    """A float map of ``module``: its weight transposed once, (in, out) contiguous, for the GEMM."""
+    bias = module.bias.detach() if module.bias is not None else None
+    return ext.Linear.floating(module.weight.detach().t().contiguous(), bias)
+
+
+def _int8(ext, module: nn.Linear):
+    """An fbgemm int8 map of ``module``: weight quantised per tensor and packed once; fp32 bias."""
+    with warnings.catch_warnings():  # the fbgemm_* functions announce a deprecation; torch 2.13 has them
+        warnings.simplefilter("ignore")
+        weight = module.weight.detach().float().contiguous()
+        wq, col_offsets, scale, zero_point = torch.fbgemm_linear_quantize_weight(weight)
+        packed = torch.fbgemm_pack_quantized_matrix(wq)
+    bias = module.bias.detach().float() if module.bias is not None else torch.zeros(weight.size(0))
+    return ext.Linear.int8(wq, packed, col_offsets, scale, zero_point, bias)
+
+
 class NativeStep(nn.Module):
     """The decoder interface of :mod:`~transduce.decode.search` over ``model``, stepping in C++.
 
     ``encode`` and ``init_cache`` are the model's; ``decode_step`` calls the extension and writes
     the grown self-attention keys/values back into the model's own :class:`DecoderCache`.
+
+    ``int8``: the step's linear maps (projections, feed-forward, pre-softmax) run fbgemm's int8 GEMM with
+    weights quantised once from ``model``'s fp32 weights; the encoder and the encoder–decoder keys/values
+    run the Python int8 path (``for_decoding(model, "int8")``). Outputs approximate fp32, as ``--dtype int8``.
     """
 
-    def __init__(self, model: Transformer, ext) -> None:
+    def __init__(self, model: Transformer, ext, int8: bool = False) -> None:
         super().__init__()
-        self.model, self.ext, self.config = model, ext, model.config
-        weights = []
+        linear = _int8 if int8 else _float
+        self.ext, self.config, self.int8 = ext, model.config, int8
+        maps, norms = [], []
         for layer in model.decoder.layers:
             sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
-            weights += [sa.qkv_proj.weight, sa.qkv_proj.bias, sa.out_proj.weight, sa.out_proj.bias,
-                        layer.res_self.norm.weight, layer.res_self.norm.bias,
-                        ca.q_proj.weight, ca.q_proj.bias, ca.out_proj.weight, ca.out_proj.bias,
-                        layer.res_cross.norm.weight, layer.res_cross.norm.bias,
-                        ff.w1.weight, ff.w1.bias, ff.w2.weight, ff.w2.bias,
-                        layer.res_ff.norm.weight, layer.res_ff.norm.bias]
-        linear = {id(m.weight) for m in model.decoder.modules() if isinstance(m, nn.Linear)}
-        # linear weights transposed once, (in, out) contiguous, the layout the GEMM reads fastest
-        self.weights = [w.detach().t().contiguous() if id(w) in linear else w for w in weights]
-        self.generator_t = model.generator.weight.detach().t().contiguous()  # (d_model, V)
+            maps += [linear(ext, m) for m in (sa.qkv_proj, sa.out_proj, ca.q_proj, ca.out_proj, ff.w1, ff.w2)]
+            norms += [p.detach() for norm in (layer.res_self.norm, layer.res_cross.norm, layer.res_ff.norm)
+                      for p in (norm.weight, norm.bias)]
         final = model.decoder.final_norm
-        self.final = (final.weight, final.bias) if final is not None else (None, None)
         attn = model.decoder.layers[0].self_attn
-        self.n_heads, self.scale = attn.n_heads, attn.scale
-        self.eps = model.config.layer_norm_eps
+        emb = model.tgt_embed
+        self.decoder = ext.Decoder(maps, norms, linear(ext, model.generator), emb.token.weight.detach(), emb.scale,
+                                   final.weight.detach() if final is not None else None,
+                                   final.bias.detach() if final is not None else None,
+                                   attn.n_heads, attn.scale, model.config.norm == "pre", model.config.layer_norm_eps)
+        if int8:
+            from .translator import for_decoding
+
+            model = for_decoding(model, "int8", torch.device("cpu"))
+        self.model = model
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V): the model's own pass (reference perplexity)."""
@@ -108,25 +133,29 @@ class NativeStep(nn.Module):
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
         """tokens (N,) -> logits (N, V), as ``Transformer.decode_step``; the cache advances one position."""
-        m, t, L = self.model, cache.position, len(cache.layers)
-        emb = m.tgt_embed
+        t, L = cache.position, len(cache.layers)
+        emb = self.model.tgt_embed
         positions = emb.positions(1, t).to(emb.token.weight.dtype)  # (1, d_model)
         first = cache.layers[0].self_k is None
-        out = self.ext.decoder_step(
-            tokens, positions, emb.token.weight, emb.scale, self.weights, self.final[0], self.final[1],
-            self.generator_t, [] if first else [c.self_k for c in cache.layers],
+        out = self.decoder.step(
+            tokens, positions, [] if first else [c.self_k for c in cache.layers],
             [] if first else [c.self_v for c in cache.layers], [c.memory_k for c in cache.layers],
-            [c.memory_v for c in cache.layers], cache.memory_mask, cache.beam, self.n_heads, self.scale,
-            m.config.norm == "pre", self.eps)
+            [c.memory_v for c in cache.layers], cache.memory_mask, cache.beam)
         for i, layer in enumerate(cache.layers):
             layer.self_k, layer.self_v = out[1 + i], out[1 + L + i]
         cache.position += 1
         return out[0]
 
 
-def native_step(model: nn.Module) -> NativeStep | None:
-    """``model`` stepping in C++, or None if the C++ step does not cover it or cannot be built."""
+def native_step(model: nn.Module, int8: bool = False) -> NativeStep | None:
+    """``model`` stepping in C++, or None if the C++ step does not cover it or cannot be built.
+
+    ``int8``: ``model`` is fp32 and the step runs int8 GEMMs (see :class:`NativeStep`).
+    """
     if supports(model) is not None:
         return None
+    if int8 and model.tgt_embed.token.weight.dtype != torch.float32:
+        raise ValueError("the int8 C++ step quantises an fp32 model, got "
+                         f"{model.tgt_embed.token.weight.dtype}")
     ext = extension()
-    return NativeStep(model, ext) if ext is not None else None
+    return NativeStep(model, ext, int8) if ext is not None else None
