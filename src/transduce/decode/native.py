@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from ..model import Transformer
 from ..model.cache import DecoderCache
+from .search import TOPK_BLOCK
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
 
@@ -99,6 +100,7 @@ class NativeStep(nn.Module):
         super().__init__()
         linear = _int8 if int8 else _float
         self.ext, self.config, self.int8 = ext, model.config, int8
+        self._no_rows = torch.empty(0, dtype=torch.long)
         maps, norms = [], []
         for layer in model.decoder.layers:
             sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
@@ -130,6 +132,11 @@ class NativeStep(nn.Module):
 
     def init_cache(self, encoded, beam: int = 1) -> DecoderCache:
         return self.model.init_cache(encoded, beam)
+
+    def beam_candidates(self, logits: Tensor, scores: Tensor, forced: list[int], k2: int, want: int):
+        """Beam search's candidate selection in one C++ call, the same ops as ``search._candidates``."""
+        rows = torch.tensor(forced, dtype=torch.long) if forced else self._no_rows
+        return self.ext.beam_candidates(logits, scores, rows, k2, want, self.config.eos_id, TOPK_BLOCK)
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
         """tokens (N,) -> logits (N, V), as ``Transformer.decode_step``; the cache advances one position."""

@@ -177,7 +177,43 @@ struct Decoder {
   }
 };
 
+// Beam search after the decoder, op for op as decode/search.py's _candidates (log-softmax, row_topk, the
+// candidate top-k), so the same values come out. logits (N, V) with N = S·R (S slots of R rows); scores
+// (S, R) fp32; forced (F,) long: rows at their length limit, where only eos may follow (may be empty).
+// Returns {top_val, top_row, top_tok}, each (S, c) with c = min(want, R·k2), best first.
+std::vector<Tensor> beam_candidates(const Tensor& logits, const Tensor& scores, const Tensor& forced, int64_t k2,
+                                    int64_t want, int64_t eos, int64_t block) {
+  at::NoGradGuard no_grad;
+  const int64_t N = logits.size(0), V = logits.size(1), S = scores.size(0), R = scores.size(1);
+  Tensor lp = at::log_softmax(logits, -1, at::kFloat);  // (N, V)
+  Tensor row_val, row_tok;
+  const int64_t blocks = (V + block - 1) / block;
+  if (k2 * block * 4 > V) {  // few blocks: the plain top-k
+    std::tie(row_val, row_tok) = lp.topk(k2, -1);
+  } else {  // the k2 largest lie in the k2 blocks with the largest maxima (search.py: row_topk)
+    Tensor x = blocks * block == V ? lp : at::constant_pad_nd(lp, {0, blocks * block - V},
+                                                              -std::numeric_limits<double>::infinity());
+    Tensor grid = x.view({N, blocks, block});  // (N, V/block, block)
+    Tensor best_blocks = std::get<1>(grid.amax(-1).topk(k2, -1));  // (N, k2)
+    Tensor cand = grid.gather(1, best_blocks.unsqueeze(2).expand({N, k2, block})).view({N, k2 * block});
+    Tensor pos;
+    std::tie(row_val, pos) = cand.topk(k2, -1);  // (N, k2) each
+    row_tok = best_blocks.gather(1, at::div(pos, block, "floor")) * block + at::remainder(pos, block);
+  }
+  if (forced.numel() > 0) {  // at the length limit only eos may follow
+    row_val.index_fill_(0, forced, -std::numeric_limits<double>::infinity());
+    row_val.select(1, 0).index_copy_(0, forced, lp.select(1, eos).index_select(0, forced));
+    row_tok.select(1, 0).index_fill_(0, forced, eos);
+  }
+  Tensor cand = (scores.unsqueeze(2) + row_val.view({S, R, k2})).view({S, R * k2});  // (S, R·k2)
+  auto [top_val, top_pos] = cand.topk(std::min(want, R * k2), -1);  // (S, c) into R·k2
+  Tensor top_tok = row_tok.view({S, R * k2}).gather(1, top_pos);
+  Tensor top_row = at::div(top_pos, k2, "floor");  // which of the slot's rows
+  return {top_val, top_row, top_tok};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("beam_candidates", &beam_candidates, "beam search's candidate selection after a decoder step");
   pybind11::class_<Linear>(m, "Linear")
       .def_static("floating", &Linear::floating, "a float map from wt = Wᵀ (in, out) and an optional bias")
       .def_static("int8", &Linear::int8, "an fbgemm int8 map from torch.fbgemm_linear_quantize_weight's outputs");

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 ROW_MULTIPLE = 4  # see the module docstring
+TOPK_BLOCK = 64  # row_topk's block width
 
 
 @dataclass
@@ -92,7 +93,7 @@ def _start(model, src: Tensor, beam: int):
     return cache, batch
 
 
-def row_topk(x: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
+def row_topk(x: Tensor, k: int, block: int = TOPK_BLOCK) -> tuple[Tensor, Tensor]:
     """``x.topk(k, dim=-1)`` for x (N, V), sorted, through V/block block maxima: values and indices (N, k).
 
     The k largest entries of a row lie in the k blocks with the largest maxima (a block holding one
@@ -112,6 +113,35 @@ def row_topk(x: Tensor, k: int, block: int = 64) -> tuple[Tensor, Tensor]:
     cand = grid.gather(1, best_blocks[:, :, None].expand(N, k, block)).view(N, k * block)  # (N, k·block)
     val, pos = cand.topk(k, dim=-1)  # (N, k) each
     return val, best_blocks.gather(1, pos // block) * block + pos % block
+
+
+def _candidates(model, tokens: Tensor, cache, scores: Tensor, forced: list[int], want: int):
+    """One beam step's best ``want`` extensions per slot: (top_val, top_row, top_tok), each (slots, c).
+
+    ``scores`` (slots, rows) are the live beams' log-probabilities; ``forced`` lists the decoder rows at
+    their length limit, where only eos may follow. A decoder with a ``beam_candidates`` method (the C++
+    step) does this selection in one call, with the same ops.
+    """
+    logits = model.decode_step(tokens, cache)  # (N, V), N = slots·rows
+    k2 = min(want, logits.size(-1))
+    fused = getattr(model, "beam_candidates", None)
+    if fused is not None:
+        return fused(logits, scores, forced, k2, want)
+    lp = torch.log_softmax(logits, dim=-1, dtype=torch.float32)  # (N, V)
+    # The 2k best of a slot's rows·V candidates (score + lp) lie among each row's 2k best lp, since a
+    # row adds one score to all its tokens: select per row first, so no (N, V) tensor is written again.
+    row_val, row_tok = row_topk(lp, k2)  # (N, k2) each
+    if forced:  # at the length limit only eos may follow
+        at = torch.tensor(forced, device=lp.device)
+        eos = model.config.eos_id
+        row_val[at] = float("-inf")
+        row_val[at, 0], row_tok[at, 0] = lp[at, eos], eos
+    slots, rows = scores.shape
+    cand = (scores[:, :, None] + row_val.view(slots, rows, k2)).view(slots, rows * k2)
+    top_val, top_pos = cand.topk(min(want, rows * k2), dim=-1)  # (slots, c) into rows·k2
+    top_tok = row_tok.view(slots, rows * k2).gather(1, top_pos)  # (slots, c)
+    top_row = torch.div(top_pos, k2, rounding_mode="floor")  # (slots, c): which of the slot's rows
+    return top_val, top_row, top_tok
 
 
 def _log_probs(model, tokens: Tensor, cache) -> Tensor:
@@ -218,21 +248,8 @@ def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a
     t = 0
     while True:
         rows = scores.size(1)
-        lp = _log_probs(model, tokens, cache)  # (N, V), N = slots·rows
-        V = lp.size(-1)
-        # The 2k best of a slot's rows·V candidates (score + lp) lie among each row's 2k best lp, since a
-        # row adds one score to all its tokens: select per row first, so no (N, V) tensor is written again.
-        row_val, row_tok = row_topk(lp, min(2 * beam, V))  # (N, k2) each
-        forced = [s for s, i in enumerate(batch.slots) if limits[i] <= t]
-        if forced:  # at the length limit only eos may follow
-            at = torch.tensor([s * rows + r for s in forced for r in range(rows)], device=dev)
-            row_val[at] = float("-inf")
-            row_val[at, 0], row_tok[at, 0] = lp[at, cfg.eos_id], cfg.eos_id
-        k2 = row_val.size(1)
-        cand = (scores[:, :, None] + row_val.view(len(batch.slots), rows, k2)).view(len(batch.slots), rows * k2)
-        top_val, top_pos = cand.topk(min(2 * beam, rows * k2), dim=-1)  # (slots, 2k) into rows·k2
-        top_tok = row_tok.view(len(batch.slots), rows * k2).gather(1, top_pos)  # (slots, 2k)
-        top_row = torch.div(top_pos, k2, rounding_mode="floor")  # (slots, 2k): which of the slot's rows
+        forced = [s * rows + r for s, i in enumerate(batch.slots) if limits[i] <= t for r in range(rows)]
+        top_val, top_row, top_tok = _candidates(model, tokens, cache, scores, forced, 2 * beam)  # (slots, 2k)
         top_val, top_row, top_tok = top_val.tolist(), top_row.tolist(), top_tok.tolist()
         keep_slots, next_rows, next_tok, next_scores = [], [], [], []
         for slot in range(batch.real):
