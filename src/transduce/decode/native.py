@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -66,6 +67,28 @@ def supports(model: nn.Module) -> str | None:
     if type(model.generator) is not nn.Linear:
         return f"a {type(model.generator).__name__} pre-softmax projection"
     return None
+
+
+@dataclass
+class DeferredCache(DecoderCache):
+    """The C++ step's cache: reordering the self-attention keys/values waits for the next step.
+
+    :meth:`reorder` only records the kept rows (``pending``, composed if it is called twice); the next
+    C++ step gathers them and appends the new position in one copy per tensor, where ``index_select``
+    and then ``cat`` made two. The encoder side is reordered at once. Between a reorder and the next
+    step, ``layers[i].self_k``/``self_v`` still hold the old rows.
+    """
+
+    pending: Tensor | None = None
+
+    @classmethod
+    def of(cls, cache: DecoderCache) -> "DeferredCache":
+        return cls(layers=cache.layers, memory_mask=cache.memory_mask, beam=cache.beam, position=cache.position)
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None, beam: int | None = None) -> None:
+        if self.layers[0].self_k is not None:
+            self.pending = rows if self.pending is None else self.pending.index_select(0, rows)
+        self.reorder_encoder_side(sentences, beam)
 
 
 def _float(ext, module: nn.Linear):
@@ -130,24 +153,28 @@ class NativeStep(nn.Module):
     def encode(self, src: Tensor):
         return self.model.encode(src)
 
-    def init_cache(self, encoded, beam: int = 1) -> DecoderCache:
-        return self.model.init_cache(encoded, beam)
+    def init_cache(self, encoded, beam: int = 1) -> DeferredCache:
+        return DeferredCache.of(self.model.init_cache(encoded, beam))
 
     def beam_candidates(self, logits: Tensor, scores: Tensor, forced: list[int], k2: int, want: int):
         """Beam search's candidate selection in one C++ call, the same ops as ``search._candidates``."""
         rows = torch.tensor(forced, dtype=torch.long) if forced else self._no_rows
         return self.ext.beam_candidates(logits, scores, rows, k2, want, self.config.eos_id, TOPK_BLOCK)
 
-    def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
-        """tokens (N,) -> logits (N, V), as ``Transformer.decode_step``; the cache advances one position."""
+    def decode_step(self, tokens: Tensor, cache: DeferredCache) -> Tensor:
+        """tokens (N,) -> logits (N, V), as ``Transformer.decode_step``; the cache advances one position
+        (and takes the rows a reorder left pending)."""
         t, L = cache.position, len(cache.layers)
         emb = self.model.tgt_embed
         positions = emb.positions(1, t).to(emb.token.weight.dtype)  # (1, d_model)
         first = cache.layers[0].self_k is None
+        pending = cache.pending if isinstance(cache, DeferredCache) else None  # a plain cache reorders at once
         out = self.decoder.step(
             tokens, positions, [] if first else [c.self_k for c in cache.layers],
             [] if first else [c.self_v for c in cache.layers], [c.memory_k for c in cache.layers],
-            [c.memory_v for c in cache.layers], cache.memory_mask, cache.beam)
+            [c.memory_v for c in cache.layers], cache.memory_mask, cache.beam, pending)
+        if pending is not None:
+            cache.pending = None
         for i, layer in enumerate(cache.layers):
             layer.self_k, layer.self_v = out[1 + i], out[1 + L + i]
         cache.position += 1

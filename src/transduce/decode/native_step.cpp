@@ -42,6 +42,19 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
   return at::layer_norm(x, {x.size(-1)}, w, b, eps);
 }
 
+// cat({cache.index_select(0, rows), x}, 2) written in one copy: cache (N', h, t, d_k), x (N, h, 1, d_k).
+Tensor append(const Tensor& cache, const Tensor& x, const c10::optional<Tensor>& rows) {
+  const int64_t t = cache.size(2);
+  Tensor out = at::empty({x.size(0), x.size(1), t + 1, x.size(3)}, x.options());  // (N, h, t+1, d_k)
+  Tensor past = out.narrow(2, 0, t);
+  if (rows.has_value())
+    at::index_select_out(past, cache, 0, *rows);
+  else
+    past.copy_(cache);
+  out.narrow(2, t, 1).copy_(x);
+  return out;
+}
+
 // Drops warnings: fbgemm_linear_int8_weight_fp32_activation announces a deprecation on first use
 // (the torch this package pins has it; a torch without it fails the build and the Python step runs).
 struct Quiet : c10::WarningHandler {
@@ -120,11 +133,13 @@ struct Decoder {
   }
 
   // tokens (N,) long; positions (1, d_model): this step's positional encoding, in the model's dtype.
-  // self_k/self_v: per layer (N, h, t, d_k), empty lists at the first step; memory_k/memory_v: per layer
-  // (B, h, S, d_k); memory_mask (B, 1, 1, S) bool. Returns {logits (N, V), new self_k..., new self_v...}.
+  // self_k/self_v: per layer (N', h, t, d_k), empty lists at the first step; rows (N,): which of their N'
+  // rows to keep, in order (a beam reorder left for this step; none: all, N = N'); memory_k/memory_v: per
+  // layer (B, h, S, d_k); memory_mask (B, 1, 1, S) bool. Returns {logits (N, V), new self_k..., new self_v...}.
   std::vector<Tensor> step(const Tensor& tokens, const Tensor& positions, const std::vector<Tensor>& self_k,
                            const std::vector<Tensor>& self_v, const std::vector<Tensor>& memory_k,
-                           const std::vector<Tensor>& memory_v, const Tensor& memory_mask, int64_t beam) const {
+                           const std::vector<Tensor>& memory_v, const Tensor& memory_mask, int64_t beam,
+                           const c10::optional<Tensor>& rows) const {
     at::NoGradGuard no_grad;
     const int64_t N = tokens.size(0);
     const size_t layers = memory_k.size();
@@ -150,9 +165,9 @@ struct Decoder {
         Tensor q = qkv.select(2, 0).transpose(1, 2);  // (N, h, 1, d_k)
         Tensor k = qkv.select(2, 1).transpose(1, 2);
         Tensor v = qkv.select(2, 2).transpose(1, 2);
-        if (!self_k.empty()) {
-          k = at::cat({self_k[l], k}, 2);  // (N, h, t+1, d_k)
-          v = at::cat({self_v[l], v}, 2);
+        if (!self_k.empty()) {  // the kept rows of the cache, then this position: one copy
+          k = append(self_k[l], k, rows);  // (N, h, t+1, d_k)
+          v = append(self_v[l], v, rows);
         }
         out.push_back(k);
         new_v.push_back(v);

@@ -243,7 +243,7 @@ def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a
     cache, batch = _start(model, src, beam)
     finished = [_Finished() for _ in range(B)]
     scores = torch.zeros(len(batch.slots), 1, device=dev)  # (slots, rows per slot)
-    history = torch.empty(len(batch.slots), 1, 0, dtype=torch.long, device=dev)  # (slots, rows, t)
+    paths: list[list[int]] = [[] for _ in batch.slots]  # tokens so far, per decoder row (slot · rows + row)
     tokens = torch.full((len(batch.slots),), cfg.bos_id, dtype=torch.long, device=dev)
     t = 0
     while True:
@@ -259,7 +259,7 @@ def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a
                 if val == float("-inf") or len(picked) == beam:
                     break
                 if tok == cfg.eos_id:  # any of the 2k candidates may finish (as tensor2tensor does)
-                    toks = history[slot, r].tolist()
+                    toks = paths[slot * rows + r]
                     finished[i].add(Hypothesis(toks, val, val / length_penalty(t + 1, alpha)))
                 else:
                     picked.append((r, tok, val))
@@ -280,8 +280,7 @@ def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a
         # no sentence left (ghosts always hold slot 0's encoder side): the encoder-side tensors stay as they are
         same = keep_slots == list(range(batch.real)) and len(new.slots) == len(batch.slots)
         cache.reorder(row_idx, sentences=None if same else torch.tensor(sentences, device=dev), beam=beam)
-        flat_hist = history.reshape(len(batch.slots) * rows, t).index_select(0, row_idx)  # (slots'·k, t)
-        history = torch.cat([flat_hist, torch.tensor(next_tok, device=dev)[:, None]], 1).view(len(new.slots), beam, -1)
+        paths = [paths[row] + [tok] for row, tok in zip(next_rows, next_tok)]  # new lists: finished ones keep theirs
         scores = torch.tensor(next_scores, device=dev)  # (slots', k)
         tokens = torch.tensor(next_tok, dtype=torch.long, device=dev)
         batch, t = new, t + 1

@@ -60,10 +60,14 @@ class DecoderCache:
             if layer.self_k is not None:
                 layer.self_k = layer.self_k.index_select(0, rows)
                 layer.self_v = layer.self_v.index_select(0, rows)
-            if sentences is not None:
+        self.reorder_encoder_side(sentences, beam)
+
+    def reorder_encoder_side(self, sentences: Tensor | None, beam: int | None = None) -> None:
+        """The encoder-side part of :meth:`reorder`: keep sentences ``sentences`` (indices into B)."""
+        if sentences is not None:
+            for layer in self.layers:
                 layer.memory_k = layer.memory_k.index_select(0, sentences)
                 layer.memory_v = layer.memory_v.index_select(0, sentences)
-        if sentences is not None:
             self.memory_mask = self.memory_mask.index_select(0, sentences)
             self.sentences = self.memory_mask.size(0)
         if beam is not None:
