@@ -43,23 +43,17 @@ def _transduce(model_dir: Path, variant: str, threads: int):
 
     model, _, _ = load_model_dir(model_dir)
     dtype, _, how = variant.partition("-")
-    if how == "native" and dtype == "int8":  # `--dtype int8 --native`: the C++ step quantises the fp32 decoder
-        from transduce.decode.native import native_step
+    if how == "native":  # what `transduce translate --dtype DTYPE --native` runs: the C++ step
+        from transduce.api import _native
+        from transduce.decode.native import NativeStep
 
-        model = native_step(model.eval(), int8=True)
-        if model is None:
+        model = _native(model.eval(), dtype, torch.device("cpu"))
+        if not isinstance(model, NativeStep):
             raise SystemExit("the C++ decoder step is not available here")
-        how = ""
     else:
         model = for_decoding(model.eval(), dtype, torch.device("cpu"))  # what `transduce translate --dtype` runs
     if how == "compile":  # an experiment, not a product option: dynamic-shape recompiles make it slower at batch 64
         model.decode_step = torch.compile(model.decode_step, dynamic=True)
-    elif how == "native":  # what `transduce translate --native` runs: each step one C++ call
-        from transduce.decode.native import native_step
-
-        model = native_step(model)
-        if model is None:
-            raise SystemExit("the C++ decoder step is not available here")
 
     @torch.inference_mode()
     def run(batch: list[list[int]], beam: int) -> list[list[int]]:

@@ -67,6 +67,24 @@ def test_native_step_logits_and_cache(tiny_model_dir):
         tokens = want.argmax(-1)
 
 
+def test_deferred_reorders_compose(tiny_model_dir):
+    """Two reorders before a step (the C++ cache defers them) give the plain cache's logits and keys."""
+    model = load(tiny_model_dir).model
+    fast = native.native_step(model)
+    src = torch.tensor([[5, 6, 7, 8, 3, 0, 0, 0], [9, 10, 11, 12, 13, 14, 15, 3]])
+    ref_cache, cache = model.init_cache(model.encode(src), 2), fast.init_cache(fast.encode(src), 2)
+    tokens = torch.tensor([4, 5, 6, 7])  # a different token per row, so every row's cache differs
+    for rows in ([1, 0, 3, 2], [0, 0, 2, 3]):
+        assert torch.equal(fast.decode_step(tokens, cache), model.decode_step(tokens, ref_cache))
+        for c in (cache, ref_cache):
+            c.reorder(torch.tensor(rows))
+            c.reorder(torch.tensor([1, 0, 2, 2]))
+    assert torch.equal(fast.decode_step(tokens, cache), model.decode_step(tokens, ref_cache))
+    assert cache.pending is None
+    for a, b in zip(cache.layers, ref_cache.layers):
+        assert torch.equal(a.self_k, b.self_k) and torch.equal(a.self_v, b.self_v)
+
+
 def test_translator_native_flag_same_output(tiny_model_dir):
     lines = read_multi30k("test_2016_flickr", "en", 24)
     plain, fast = load(tiny_model_dir), load(tiny_model_dir, native=True)
