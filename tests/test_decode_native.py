@@ -182,3 +182,77 @@ def test_build_failure_falls_back_with_a_warning(monkeypatch):
     with warnings.catch_warnings():  # and with a compiler it builds (or loads) without a word
         warnings.simplefilter("error")
         assert native.extension() is not None
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 3), (3, 130, 17), (4, 128, 384), (37, 64, 100)])
+def test_int8_gemm_kernel_equals_portable_loop_and_approximates_fp32(shape):
+    """int8_gemm.h: the AVX-512 VNNI kernel (where compiled in) and the portable loop return the same
+    floats (exact int32 sums, same epilogue), within int8 rounding of fp32; odd sizes hit every tail."""
+    ext = native.extension()
+    M, K, N = shape
+    g = torch.Generator().manual_seed(2)
+    x, w, b = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g) * 0.1, torch.randn(N, generator=g)
+    fast, portable = ext.int8_linear(x, w, b, False), ext.int8_linear(x, w, b, True)
+    assert torch.equal(fast, portable)
+    ref = x @ w.t() + b
+    assert 0 < (fast - ref).abs().max() <= 0.02 * ref.abs().max()
+    # each row is quantised on its own: a row's output does not depend on the other rows
+    assert torch.equal(ext.int8_linear(x[-1:], w, b, False), fast[-1:])
+    assert torch.allclose(ext.int8_linear(x, w, None, False), fast - b, atol=1e-4, rtol=0)  # no bias: zeros
+
+
+def test_int8_candidates_match_aten_candidates():
+    """The int8 step's loop version of beam_candidates selects the same rows and tokens, forced rows
+    included, with log-probabilities equal to rounding."""
+    ext = native.extension()
+    g = torch.Generator().manual_seed(3)
+    slots, rows, V, k2 = 3, 4, 300, 8
+    logits = torch.randn(slots * rows, V, generator=g) * 4
+    scores = -torch.rand(slots, rows, generator=g) * 5
+    for forced in (torch.empty(0, dtype=torch.long), torch.tensor([1, 6, 7])):
+        ours = ext.beam_candidates_fast(logits, scores, forced, k2, k2, 2)
+        ref = ext.beam_candidates(logits, scores, forced, k2, k2, 2, 64)
+        assert torch.equal(ours[1], ref[1]) and torch.equal(ours[2], ref[2])
+        assert torch.allclose(ours[0], ref[0], atol=1e-5, rtol=0)
+        if forced.numel():  # a forced row offers eos alone
+            picked = ours[1] * 1 + torch.arange(slots)[:, None] * rows
+            assert (ours[2][torch.isin(picked, forced)] == 2).all()
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(norm="pre", d_model=36, n_heads=4)])
+def test_int8_encoder_approximates_fp32(overrides):
+    """The C++ int8 encoder and encoder-decoder keys/values stay within int8 rounding of fp32's
+    (d_model 36, 4 heads: d_k = 9 runs the loops' scalar tails; pre-norm adds the final norms)."""
+    model = _random_model(**overrides)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.3)  # 0.09 std: a well-conditioned stack, so fp32 vs int8 differences stay small
+    fast = native.native_step(model, int8=True)
+    src = _sources()
+    enc, ref = fast.encode(src), model.encode(src)
+    assert torch.equal(enc.mask, ref.mask)
+    real = ref.mask[:, 0, 0, :, None]  # (B, S, 1): padded positions are never attended
+    err = ((enc.memory - ref.memory) * real).abs().max() / ref.memory.abs().max()
+    assert 0 < err < 0.05, err
+    cache, ref_cache = fast.init_cache(enc), model.init_cache(ref)
+    for ours, theirs in zip(cache.layers, ref_cache.layers):
+        for a, b in ((ours.memory_k, theirs.memory_k), (ours.memory_v, theirs.memory_v)):
+            assert a.shape == b.shape
+            assert ((a - b) * real[:, None]).abs().max() < 0.05 * b.abs().max()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_int8_native_is_batch_invariant(tiny_model_dir, threads):
+    """Every int8 map quantises each row on its own and sums exactly, and the loops treat rows one at a
+    time, so int8 --native output (tokens and scores) does not depend on the batch or the threads."""
+    lines = read_multi30k("test_2016_flickr", "en", 24)
+    fast = load(tiny_model_dir, dtype="int8", native=True)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        run = lambda **kw: [(t.tokens, t.logprob, t.score) for t in fast.translate(lines, return_scores=True, **kw)]
+        reference = run(beam=4, batch_size=1)
+        assert run(beam=4, batch_size=7) == reference
+        assert run(beam=4, batch_size=64, sort=False) == reference
+    finally:
+        torch.set_num_threads(before)

@@ -20,8 +20,9 @@ def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str =
     ``"int8"`` (CPU: dynamically quantised linear layers).
     Ensemble members must have the same vocabularies as the first model.
     ``native`` runs each decoder step as one C++ call (:mod:`transduce.decode.native`; less per-step
-    overhead, built on first use; fp32 and bf16 give the same outputs as without it, int8 runs fbgemm's
-    int8 GEMMs in the step); where it cannot, a warning says why.
+    overhead, built on first use; fp32 and bf16 give the same outputs as without it; int8 also runs the
+    encoder and beam search's candidate selection in C++, in int8 kernels whose output does not depend
+    on the batch); where it cannot, a warning says why.
 
     >>> translator = load("runs/multi30k/model")            # doctest: +SKIP
     >>> translator.translate(["A dog runs."], beam=4)        # doctest: +SKIP
@@ -46,7 +47,7 @@ def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str =
 def _native(model, dtype: str, device: torch.device):
     """``model`` in ``dtype`` with the C++ decoder step, or without it and a warning saying why not.
 
-    int8: the C++ step quantises the fp32 model's decoder itself (fbgemm); the fallback is ``for_decoding``'s.
+    int8: the C++ step quantises the fp32 model itself (``int8_gemm.h``); the fallback is ``for_decoding``'s.
     """
     from .decode import native
 

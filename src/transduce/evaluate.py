@@ -24,6 +24,7 @@ import sacrebleu
 from sacremoses import MosesTokenizer
 
 from .decode import DTYPES
+from .decode.native_help import NATIVE_HELP
 
 
 def moses_lower(lines: list[str], lang: str) -> list[str]:
@@ -84,7 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-tokens", type=int, default=4096)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", choices=DTYPES, default="fp32")
-    p.add_argument("--native", action="store_true", help="run each decoder step as one C++ call (less overhead at small batches; fp32/bf16 output unchanged, int8 runs fbgemm int8 GEMMs in the step; built on first use)")
+    p.add_argument("--native", action="store_true", help=NATIVE_HELP)
     p.add_argument("--output", help="with --model: also write the translations here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from .native_help import NATIVE_HELP
 from .search import SampleConfig
 from .translator import DTYPES
 
@@ -50,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run_.add_argument("--dtype", choices=list(DTYPES), default="fp32",
                       help="bf16: weights and activations; int8: dynamically quantised linear layers (CPU)")
     run_.add_argument("--native", action="store_true",
-                      help="run each decoder step as one C++ call (less overhead at small batches; fp32/bf16 output unchanged, int8 runs fbgemm int8 GEMMs in the step; built on first use)")
+                      help=NATIVE_HELP)
     run_.add_argument("--no-truncate", action="store_true", help="error on inputs longer than the model allows")
     run_.add_argument("--stats", action="store_true", help="print sentences/s and tokens/s to stderr")
 

@@ -3,8 +3,11 @@
 At batch 1 a beam-search step is a few hundred small tensor ops whose dispatch from Python costs
 more than their work. :class:`NativeStep` wraps a :class:`~transduce.model.Transformer` and runs
 each step as one C++ call over the same ATen ops, so its outputs equal the Python step's.
-With ``int8=True`` the step's linear maps run fbgemm's int8 GEMM instead (an approximation of fp32,
-like ``--dtype int8``, with weights quantised once from the fp32 model).
+With ``int8=True`` decoding leaves ATen for plain C++ (an approximation of fp32, like ``--dtype int8``):
+every linear map runs ``int8_gemm.h``'s kernel (weights quantised once per output channel from the fp32
+model, activations per call and row, exact int32 sums; AVX-512 VNNI where the CPU has it), and the rest
+of the step, the encoder and beam search's candidate selection run ``int8_step.h``'s loops. Each row is
+computed on its own, so int8 output does not depend on the batch or the number of threads.
 
 The extension is compiled with ``torch.utils.cpp_extension`` on first use (tens of seconds, then
 cached under ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``). :func:`native_step`
@@ -17,17 +20,35 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from ..model import Transformer
-from ..model.cache import DecoderCache
+from ..model.cache import DecoderCache, LayerCache
+from ..model.transformer import Encoded
 from .search import TOPK_BLOCK
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
+HEADERS = [SOURCE.with_name(name) for name in ("int8_gemm.h", "int8_step.h")]
+
+
+def _arch_flags() -> list[str]:
+    """``-march=native`` where the compiler takes it: the int8 kernel then uses the CPU's AVX-512 VNNI
+    (``int8_gemm.h``; without it, a portable loop). The build is cached per machine's torch extension dir."""
+    import platform
+
+    return ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
+
+
+def _header_hash() -> str:
+    """A define that changes with the headers: torch rebuilds when sources or flags change, not headers."""
+    import hashlib
+
+    digest = hashlib.sha1(b"".join(h.read_bytes() for h in HEADERS)).hexdigest()[:12]
+    return f"-DTRANSDUCE_HEADERS={digest}"
 
 
 @functools.cache
@@ -37,7 +58,8 @@ def extension():
 
     try:
         return cpp_extension.load(name="transduce_native_step", sources=[str(SOURCE)],
-                                  extra_cflags=["-O3"], verbose=False)
+                                  extra_cflags=["-O3", "-fopenmp", *_arch_flags(), _header_hash()],
+                                  extra_ldflags=["-fopenmp"], verbose=False)
     except Exception as err:  # no compiler, no headers: the Python step is the fallback
         warnings.warn(f"transduce: the C++ decoder step could not be built ({type(err).__name__}: "
                       f"{str(err).splitlines()[0] if str(err) else ''}); decoding uses the Python step",
@@ -98,25 +120,44 @@ def _float(ext, module: nn.Linear):
 
 
 def _int8(ext, module: nn.Linear):
-    """An fbgemm int8 map of ``module``: weight quantised per tensor and packed once; fp32 bias."""
-    with warnings.catch_warnings():  # the fbgemm_* functions announce a deprecation; torch 2.13 has them
-        warnings.simplefilter("ignore")
-        weight = module.weight.detach().float().contiguous()
-        wq, col_offsets, scale, zero_point = torch.fbgemm_linear_quantize_weight(weight)
-        packed = torch.fbgemm_pack_quantized_matrix(wq)
-    bias = module.bias.detach().float() if module.bias is not None else torch.zeros(weight.size(0))
-    return ext.Linear.int8(wq, packed, col_offsets, scale, zero_point, bias)
+    """An int8 map of ``module`` (``int8_gemm.h``): weight quantised per output channel and packed once."""
+    bias = module.bias.detach().float() if module.bias is not None else None
+    return ext.Linear.int8(module.weight.detach().float(), bias)
+
+
+@dataclass
+class EncodedKV(Encoded):
+    """:class:`Encoded` plus each decoder layer's encoder–decoder keys and values (B, h, S, d_k)."""
+
+    keys: list[Tensor] = field(default_factory=list)
+    values: list[Tensor] = field(default_factory=list)
+
+
+def _encoder(ext, model: Transformer):
+    """The C++ int8 encoder of ``model`` (fp32), with each decoder layer's key/value map."""
+    maps, norms = [], []
+    for layer in model.encoder.layers:
+        maps += [_int8(ext, m) for m in (layer.self_attn.qkv_proj, layer.self_attn.out_proj, layer.ff.w1, layer.ff.w2)]
+        norms += [p.detach() for norm in (layer.res_attn.norm, layer.res_ff.norm) for p in (norm.weight, norm.bias)]
+    kv = [_int8(ext, layer.cross_attn.kv_proj) for layer in model.decoder.layers]
+    final, attn, emb = model.encoder.final_norm, model.encoder.layers[0].self_attn, model.src_embed
+    return ext.Encoder(maps, norms, kv, emb.token.weight.detach(), emb.scale,
+                       final.weight.detach() if final is not None else None,
+                       final.bias.detach() if final is not None else None,
+                       attn.n_heads, attn.scale, model.config.norm == "pre", model.config.layer_norm_eps,
+                       model.config.pad_id)
 
 
 class NativeStep(nn.Module):
     """The decoder interface of :mod:`~transduce.decode.search` over ``model``, stepping in C++.
 
-    ``encode`` and ``init_cache`` are the model's; ``decode_step`` calls the extension and writes
-    the grown self-attention keys/values back into the model's own :class:`DecoderCache`.
+    fp32/bf16: ``encode`` and ``init_cache`` are the model's; ``decode_step`` calls the extension and
+    writes the grown self-attention keys/values back into the cache (a :class:`DeferredCache`).
 
-    ``int8``: the step's linear maps (projections, feed-forward, pre-softmax) run fbgemm's int8 GEMM with
-    weights quantised once from ``model``'s fp32 weights; the encoder and the encoder–decoder keys/values
-    run the Python int8 path (``for_decoding(model, "int8")``). Outputs approximate fp32, as ``--dtype int8``.
+    ``int8``: the encoder, the encoder–decoder keys/values, the step and the candidate selection run in
+    C++ (``int8_gemm.h``, ``int8_step.h``) with weights quantised once from ``model``'s fp32 weights.
+    Outputs approximate fp32, as ``--dtype int8``; ``self.model`` (``for_decoding(model, "int8")``) only
+    serves teacher-forced passes (reference perplexity).
     """
 
     def __init__(self, model: Transformer, ext, int8: bool = False) -> None:
@@ -137,6 +178,7 @@ class NativeStep(nn.Module):
                                    final.weight.detach() if final is not None else None,
                                    final.bias.detach() if final is not None else None,
                                    attn.n_heads, attn.scale, model.config.norm == "pre", model.config.layer_norm_eps)
+        self.encoder = _encoder(ext, model) if int8 else None
         if int8:
             from .translator import for_decoding
 
@@ -151,14 +193,24 @@ class NativeStep(nn.Module):
         return self.model.decode(tgt, encoded)
 
     def encode(self, src: Tensor):
-        return self.model.encode(src)
+        """src (B, S) -> Encoded; the int8 step encodes in C++ and keeps the encoder–decoder keys/values."""
+        if self.encoder is None:
+            return self.model.encode(src)
+        out = self.encoder.encode(src, self.model.src_embed.positions(src.size(1), 0))
+        L = len(self.model.decoder.layers)
+        return EncodedKV(out[0], self.model.source_mask(src), out[1:1 + L], out[1 + L:])
 
     def init_cache(self, encoded, beam: int = 1) -> DeferredCache:
+        if isinstance(encoded, EncodedKV):
+            layers = [LayerCache(k, v) for k, v in zip(encoded.keys, encoded.values)]
+            return DeferredCache(layers=layers, memory_mask=encoded.mask, beam=beam)
         return DeferredCache.of(self.model.init_cache(encoded, beam))
 
     def beam_candidates(self, logits: Tensor, scores: Tensor, forced: list[int], k2: int, want: int):
         """Beam search's candidate selection in one C++ call, the same ops as ``search._candidates``."""
         rows = torch.tensor(forced, dtype=torch.long) if forced else self._no_rows
+        if self.int8:  # loops with their own fp32 rounding: the int8 step approximates fp32 anyway
+            return self.ext.beam_candidates_fast(logits, scores, rows, k2, want, self.config.eos_id)
         return self.ext.beam_candidates(logits, scores, rows, k2, want, self.config.eos_id, TOPK_BLOCK)
 
     def decode_step(self, tokens: Tensor, cache: DeferredCache) -> Tensor:

@@ -4,14 +4,18 @@
 // model/layers.py, model/attention.py: attention_reference), op for op, so the outputs are the same.
 // What it saves is the Python side of each op: at batch 1 a step is a few hundred small ops and their
 // dispatch from Python costs more than their work (BENCHMARKS.md, "Decoding").
-// int8: every Linear of the step runs fbgemm's int8 GEMM (weights quantised once, per tensor;
-// activations quantised per call from their min and max), an approximation of the fp32 step.
+// int8: every Linear of the step runs int8_gemm.h's kernel (weights quantised once, per output channel;
+// activations per call, per row), an approximation of the fp32 step.
 // Built on first use by transduce/decode/native.py with torch.utils.cpp_extension; without a compiler
 // the Python step runs.
 #include <torch/extension.h>
 
 #include <limits>
+#include <memory>
 #include <vector>
+
+#include "int8_gemm.h"
+#include "int8_step.h"
 
 using at::Tensor;
 
@@ -55,23 +59,15 @@ Tensor append(const Tensor& cache, const Tensor& x, const c10::optional<Tensor>&
   return out;
 }
 
-// Drops warnings: fbgemm_linear_int8_weight_fp32_activation announces a deprecation on first use
-// (the torch this package pins has it; a torch without it fails the build and the Python step runs).
-struct Quiet : c10::WarningHandler {
-  void process(const c10::Warning&) override {}
-};
-
 }  // namespace
 
 // y = x Wᵀ + b over the last dimension of x, in one of two arithmetics:
 //   float: W pre-transposed, wt (in, out) contiguous (made once, the layout the GEMM reads fastest);
 //          no bias: at::mm, as nn.Linear without bias.
-//   int8:  fbgemm: W quantised per tensor (scale, zero point), packed once; x quantised per call.
+//   int8:  int8_gemm.h: W quantised per output channel and packed once; x quantised per call and row.
 struct Linear {
-  Tensor wt, bias;                  // float
-  Tensor wq, packed, col_offsets;   // int8 (bias is then always defined)
-  double scale = 0.0;
-  int64_t zero_point = 0;
+  Tensor wt, bias;                        // float
+  std::shared_ptr<const int8::Weights> q;  // int8
   int64_t out_features = 0;
 
   static Linear floating(const Tensor& wt, const c10::optional<Tensor>& bias) {
@@ -82,30 +78,28 @@ struct Linear {
     return l;
   }
 
-  static Linear int8(const Tensor& wq, const Tensor& packed, const Tensor& col_offsets, double scale,
-                     int64_t zero_point, const Tensor& bias) {
+  // w (out, in) as nn.Linear.weight
+  static Linear int8(const Tensor& w, const c10::optional<Tensor>& bias) {
     Linear l;
-    l.wq = wq, l.packed = packed, l.col_offsets = col_offsets, l.bias = bias;
-    l.scale = scale, l.zero_point = zero_point, l.out_features = wq.size(0);
+    l.q = std::make_shared<const int8::Weights>(w, bias.has_value() ? *bias : Tensor());
+    l.out_features = w.size(0);
     return l;
   }
 
   Tensor operator()(const Tensor& x) const {
+    if (q) return int8::linear(x, *q);
     auto sizes = x.sizes().vec();
     sizes.back() = out_features;
     Tensor x2 = x.reshape({-1, x.size(-1)});  // (rows, in)
-    Tensor y;
-    if (packed.defined()) {
-      static Quiet quiet;
-      c10::WarningUtils::WarningHandlerGuard guard(&quiet);
-      y = at::fbgemm_linear_int8_weight_fp32_activation(x2.contiguous(), wq, packed, col_offsets, scale,
-                                                         zero_point, bias);
-    } else {
-      y = bias.defined() ? at::addmm(bias, x2, wt) : at::mm(x2, wt);
-    }
+    Tensor y = bias.defined() ? at::addmm(bias, x2, wt) : at::mm(x2, wt);
     return y.view(sizes);  // (..., out)
   }
 };
+
+// int8_gemm.h's map on its own, weights quantised anew (tests, benchmarks); portable: the plain loop.
+Tensor int8_linear(const Tensor& x, const Tensor& w, const c10::optional<Tensor>& bias, bool portable) {
+  return int8::linear(x, int8::Weights(w, bias.has_value() ? *bias : Tensor()), portable);
+}
 
 // The decoder's weights, held in C++ between steps. Per layer, `linears` holds 6 maps (self-attention
 // qkv and out, cross-attention q and out, feed-forward w1 and w2) and `norms` 6 tensors (weight and bias
@@ -132,6 +126,11 @@ struct Decoder {
                 this->norms.size());
   }
 
+  std::vector<Tensor> step_int8(const Tensor& tokens, const Tensor& positions, const std::vector<Tensor>& self_k,
+                                const std::vector<Tensor>& self_v, const std::vector<Tensor>& memory_k,
+                                const std::vector<Tensor>& memory_v, const Tensor& memory_mask, int64_t beam,
+                                const c10::optional<Tensor>& rows) const;
+
   // tokens (N,) long; positions (1, d_model): this step's positional encoding, in the model's dtype.
   // self_k/self_v: per layer (N', h, t, d_k), empty lists at the first step; rows (N,): which of their N'
   // rows to keep, in order (a beam reorder left for this step; none: all, N = N'); memory_k/memory_v: per
@@ -145,6 +144,7 @@ struct Decoder {
     const size_t layers = memory_k.size();
     TORCH_CHECK(layers * LINEARS == linears.size(), "the cache has ", layers, " layers, the decoder ",
                 linears.size() / LINEARS);
+    if (generator.q) return step_int8(tokens, positions, self_k, self_v, memory_k, memory_v, memory_mask, beam, rows);
     Tensor x = at::embedding(token_weight, tokens.unsqueeze(1)) * embed_scale + positions;  // (N, 1, d)
     const int64_t d = x.size(-1), d_k = d / n_heads;
     std::vector<Tensor> out{Tensor()};
@@ -192,6 +192,157 @@ struct Decoder {
   }
 };
 
+// The int8 encoder (§3.1) and each decoder layer's encoder-decoder keys/values, computed once per batch:
+// int8_gemm.h's GEMMs and int8_step.h's loops, fp32 activations. Per layer, `linears` holds 4 maps
+// (self-attention qkv and out, feed-forward w1 and w2) and `norms` 4 tensors (the two layer norms'
+// weight and bias); `kv` one map per decoder layer.
+struct Encoder {
+  std::vector<Linear> linears, kv;
+  std::vector<Tensor> norms;
+  Tensor token_weight;
+  c10::optional<Tensor> final_w, final_b;
+  double embed_scale, attn_scale, eps;
+  int64_t n_heads, pad_id;
+  bool pre_norm;
+
+  Encoder(std::vector<Linear> linears, std::vector<Tensor> norms, std::vector<Linear> kv, Tensor token_weight,
+          double embed_scale, c10::optional<Tensor> final_w, c10::optional<Tensor> final_b, int64_t n_heads,
+          double attn_scale, bool pre_norm, double eps, int64_t pad_id)
+      : linears(std::move(linears)), kv(std::move(kv)), norms(std::move(norms)),
+        token_weight(std::move(token_weight).to(at::kFloat).contiguous()), final_w(std::move(final_w)),
+        final_b(std::move(final_b)), embed_scale(embed_scale), attn_scale(attn_scale), eps(eps), n_heads(n_heads),
+        pad_id(pad_id), pre_norm(pre_norm) {
+    TORCH_CHECK(this->linears.size() % 4 == 0 && this->norms.size() == this->linears.size(),
+                "expected 4 linear maps and 4 norm tensors per encoder layer");
+    for (const Linear& l : this->linears) TORCH_CHECK(l.q, "the C++ encoder runs int8 maps only");
+  }
+
+  // src (B, S) ids, right-padded; positions (S, d_model) fp32. Returns {memory (B, S, d), keys...,
+  // values...}: per decoder layer (B, h, S, d_k), as Transformer.init_cache.
+  std::vector<Tensor> encode(const Tensor& src, const Tensor& positions) const {
+    at::NoGradGuard no_grad;
+    Tensor ids = src.to(at::kLong).contiguous(), pos = positions.to(at::kFloat).contiguous();
+    const int64_t B = ids.size(0), S = ids.size(1), d = token_weight.size(1), h = n_heads, d_k = d / h, M = B * S;
+    const float scale = static_cast<float>(attn_scale), e = static_cast<float>(eps);
+    auto opts = token_weight.options();
+    Tensor x = at::empty({B, S, d}, opts), hbuf = at::empty({M, d}, opts), ybuf = at::empty({M, d}, opts);
+    Tensor abuf = at::empty({M, d}, opts), qkv = at::empty({M, 3 * d}, opts);
+    Tensor fbuf = at::empty({M, linears[2].q->out}, opts);
+    float *xp = x.data_ptr<float>(), *hp = hbuf.data_ptr<float>(), *yp = ybuf.data_ptr<float>();
+    float *ap = abuf.data_ptr<float>(), *qp = qkv.data_ptr<float>(), *fp = fbuf.data_ptr<float>();
+    const int64_t* tk = ids.data_ptr<int64_t>();
+    std::unique_ptr<bool[]> visible(new bool[M]);  // real tokens: the keys every query may see (Transformer.source_mask)
+    const float *emb = token_weight.data_ptr<float>(), *pe = pos.data_ptr<float>();
+    const float sc = static_cast<float>(embed_scale);
+    for (int64_t m = 0; m < M; ++m) {
+      visible[m] = tk[m] != pad_id;
+      for (int64_t i = 0; i < d; ++i) xp[m * d + i] = emb[tk[m] * d + i] * sc + pe[(m % S) * d + i];
+    }
+    auto residual = [&](const Tensor* norm, auto&& sublayer) {
+      int8::residual(pre_norm, xp, hp, yp, norm[0].data_ptr<float>(), norm[1].data_ptr<float>(), M, d, e, sublayer);
+    };
+    for (size_t l = 0; l < linears.size() / 4; ++l) {
+      const Linear* lin = linears.data() + l * 4;
+      const Tensor* nrm = norms.data() + l * 4;
+      residual(nrm, [&](const float* in) {
+        int8::gemm(in, M, *lin[0].q, qp);  // (B, S, 3, h, d_k)
+        int8::rows(M, h * S * d_k, [&](int64_t m) {  // query position m = b·S + i
+          thread_local std::vector<float> scores;
+          scores.resize(S);
+          const int64_t b = m / S;
+          for (int64_t j = 0; j < h; ++j) {
+            const float* base = qp + b * S * 3 * d + j * d_k;  // this head's q of position 0
+            int8::attend_one(qp + m * 3 * d + j * d_k, base + d, base + 2 * d, S, 3 * d, 3 * d, d_k, scale,
+                             visible.get() + b * S, scores.data(), ap + m * d + j * d_k);
+          }
+        });
+        int8::gemm(ap, M, *lin[1].q, yp);
+      });
+      residual(nrm + 2, [&](const float* in) { int8::feed_forward(in, M, *lin[2].q, *lin[3].q, fp, yp); });
+    }
+    if (final_w.has_value())
+      int8::add_layer_norm(xp, nullptr, final_w->data_ptr<float>(), final_b->data_ptr<float>(), M, d, e);
+    std::vector<Tensor> out{x}, values;
+    for (const Linear& map : kv) {
+      Tensor both = map(x).view({B, S, 2, h, d_k});  // (B, S, 2, h, d_k)
+      out.push_back(both.select(2, 0).transpose(1, 2));  // (B, h, S, d_k)
+      values.push_back(both.select(2, 1).transpose(1, 2));
+    }
+    out.insert(out.end(), values.begin(), values.end());
+    return out;
+  }
+};
+
+// The int8 step: int8_gemm.h's GEMMs, int8_step.h's loops for everything else, fp32 activations and
+// caches. Same arguments and results as Decoder::step.
+std::vector<Tensor> Decoder::step_int8(const Tensor& tokens, const Tensor& positions,
+                                       const std::vector<Tensor>& self_k, const std::vector<Tensor>& self_v,
+                                       const std::vector<Tensor>& memory_k, const std::vector<Tensor>& memory_v,
+                                       const Tensor& memory_mask, int64_t beam,
+                                       const c10::optional<Tensor>& rows) const {
+  const int64_t N = tokens.size(0), d = token_weight.size(1), h = n_heads, d_k = d / h;
+  const int64_t t = self_k.empty() ? 0 : self_k[0].size(2), S = memory_k[0].size(2), B = N / beam;
+  const size_t layers = memory_k.size();
+  const float scale = static_cast<float>(attn_scale), e = static_cast<float>(eps);
+  TORCH_CHECK(token_weight.scalar_type() == at::kFloat, "the int8 step runs an fp32 model");
+  auto opts = token_weight.options();
+  Tensor x = at::empty({N, d}, opts), hbuf = at::empty({N, d}, opts), ybuf = at::empty({N, d}, opts);
+  Tensor abuf = at::empty({N, d}, opts), qkv = at::empty({N, 3 * d}, opts);
+  Tensor fbuf = at::empty({N, linears[4].q->out}, opts);
+  float *xp = x.data_ptr<float>(), *hp = hbuf.data_ptr<float>(), *yp = ybuf.data_ptr<float>();
+  float *ap = abuf.data_ptr<float>(), *qkvp = qkv.data_ptr<float>(), *fp = fbuf.data_ptr<float>();
+  {  // embedding · √d + this position's encoding (§3.4, §3.5)
+    Tensor tok = tokens.to(at::kLong).contiguous(), pos = positions.to(at::kFloat).contiguous();
+    const int64_t* tk = tok.data_ptr<int64_t>();
+    const float *emb = token_weight.data_ptr<float>(), *pe = pos.data_ptr<float>();
+    const float sc = static_cast<float>(embed_scale);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < d; ++i) xp[n * d + i] = emb[tk[n] * d + i] * sc + pe[i];
+  }
+  Tensor visible;
+  if (memory_mask.defined()) visible = memory_mask.reshape({B, S}).to(at::kBool).contiguous();
+  const bool* vis = visible.defined() ? visible.data_ptr<bool>() : nullptr;
+  Tensor kept;
+  if (rows.has_value()) kept = rows->to(at::kLong).contiguous();
+  const int64_t* kept_rows = kept.defined() ? kept.data_ptr<int64_t>() : nullptr;
+  std::vector<Tensor> out{Tensor()}, new_v;
+
+  auto residual = [&](const Tensor* norm, auto&& sublayer) {  // sublayer(in) writes ybuf
+    int8::residual(pre_norm, xp, hp, yp, norm[0].data_ptr<float>(), norm[1].data_ptr<float>(), N, d, e, sublayer);
+  };
+  for (size_t l = 0; l < layers; ++l) {
+    const Linear* lin = linears.data() + l * LINEARS;
+    const Tensor* nrm = norms.data() + l * NORMS;
+    Tensor k_new = at::empty({N, h, t + 1, d_k}, opts), v_new = at::empty({N, h, t + 1, d_k}, opts);
+    residual(nrm, [&](const float* in) {
+      int8::gemm(in, N, *lin[0].q, qkvp);  // (N, 3, h, d_k)
+      Tensor k_old = t > 0 ? self_k[l].contiguous() : Tensor(), v_old = t > 0 ? self_v[l].contiguous() : Tensor();
+      int8::self_attention(qkvp, t > 0 ? k_old.data_ptr<float>() : nullptr, t > 0 ? v_old.data_ptr<float>() : nullptr,
+                           kept_rows, N, h, t, d_k, scale, k_new.data_ptr<float>(), v_new.data_ptr<float>(), ap);
+      int8::gemm(ap, N, *lin[1].q, yp);
+    });
+    out.push_back(k_new);
+    new_v.push_back(v_new);
+    residual(nrm + 2, [&](const float* in) {
+      int8::gemm(in, N, *lin[2].q, qkvp);  // (N, h·d_k)
+      const Tensor& mk = memory_k[l];
+      const Tensor& mv = memory_v[l];
+      TORCH_CHECK(mk.scalar_type() == at::kFloat && mk.stride(3) == 1 && mv.stride(3) == 1,
+                  "the int8 step expects fp32 encoder keys/values with contiguous heads");
+      const int64_t ks[3] = {mk.stride(0), mk.stride(1), mk.stride(2)}, vs[3] = {mv.stride(0), mv.stride(1), mv.stride(2)};
+      int8::cross_attention(qkvp, mk.data_ptr<float>(), mv.data_ptr<float>(), ks, vs, vis, N, beam, h, S, d_k,
+                            scale, ap);
+      int8::gemm(ap, N, *lin[3].q, yp);
+    });
+    residual(nrm + 4, [&](const float* in) { int8::feed_forward(in, N, *lin[4].q, *lin[5].q, fp, yp); });
+  }
+  if (final_w.has_value())
+    int8::add_layer_norm(xp, nullptr, final_w->data_ptr<float>(), final_b->data_ptr<float>(), N, d, e);
+  out[0] = generator(x);  // (N, V)
+  out.insert(out.end(), new_v.begin(), new_v.end());
+  return out;
+}
+
 // Beam search after the decoder, op for op as decode/search.py's _candidates (log-softmax, row_topk, the
 // candidate top-k), so the same values come out. logits (N, V) with N = S·R (S slots of R rows); scores
 // (S, R) fp32; forced (F,) long: rows at their length limit, where only eos may follow (may be empty).
@@ -227,11 +378,61 @@ std::vector<Tensor> beam_candidates(const Tensor& logits, const Tensor& scores, 
   return {top_val, top_row, top_tok};
 }
 
+// beam_candidates for the int8 step, in loops: log p = logit - logsumexp(row); each row's k2 best by one
+// scan (int8::row_topk), then the slot's `want` best of its R·k2. The same selection as beam_candidates,
+// with fp32 rounding of its own. Returns {top_val, top_row, top_tok}, each (S, c) with c = min(want, R·k2).
+std::vector<Tensor> beam_candidates_fast(const Tensor& logits, const Tensor& scores, const Tensor& forced,
+                                         int64_t k2, int64_t want, int64_t eos) {
+  at::NoGradGuard no_grad;
+  Tensor lg = logits.to(at::kFloat).contiguous(), sc = scores.to(at::kFloat).contiguous();
+  const int64_t N = lg.size(0), V = lg.size(1), S = sc.size(0), R = sc.size(1), c = std::min(want, R * k2);
+  const float *x = lg.data_ptr<float>(), *s = sc.data_ptr<float>();
+  std::vector<float> z(N);
+  std::vector<char> at_limit(N, 0);
+  Tensor fr = forced.to(at::kLong).contiguous();
+  for (int64_t i = 0; i < fr.numel(); ++i) at_limit[fr.data_ptr<int64_t>()[i]] = 1;
+  std::vector<float> val(N * k2, -std::numeric_limits<float>::infinity());
+  std::vector<int64_t> tok(N * k2, eos);
+  int8::rows(N, V, [&](int64_t n) {
+    z[n] = int8::logsumexp(x + n * V, V);
+    if (at_limit[n]) {  // at the length limit only eos may follow
+      val[n * k2] = x[n * V + eos] - z[n];
+      return;
+    }
+    int8::row_topk(x + n * V, V, k2, val.data() + n * k2, tok.data() + n * k2);
+    for (int64_t j = 0; j < k2; ++j) val[n * k2 + j] -= z[n];
+  });
+  Tensor top_val = at::empty({S, c}, sc.options()), top_row = at::empty({S, c}, fr.options());
+  Tensor top_tok = at::empty({S, c}, fr.options());
+  std::vector<int64_t> order(R * k2);
+  std::vector<float> cand(R * k2);
+  for (int64_t slot = 0; slot < S; ++slot) {
+    for (int64_t j = 0; j < R * k2; ++j) cand[j] = s[slot * R + j / k2] + val[slot * R * k2 + j], order[j] = j;
+    std::partial_sort(order.begin(), order.begin() + c, order.end(), [&](int64_t a, int64_t b) {
+      return cand[a] > cand[b] || (cand[a] == cand[b] && a < b);
+    });
+    for (int64_t j = 0; j < c; ++j) {
+      top_val.data_ptr<float>()[slot * c + j] = cand[order[j]];
+      top_row.data_ptr<int64_t>()[slot * c + j] = order[j] / k2;
+      top_tok.data_ptr<int64_t>()[slot * c + j] = tok[slot * R * k2 + order[j]];
+    }
+  }
+  return {top_val, top_row, top_tok};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("beam_candidates_fast", &beam_candidates_fast, "beam_candidates in loops (the int8 step)");
+  m.def("int8_linear", &int8_linear, "int8_gemm.h's y = x wᵀ + b (tests, benchmarks)");
+  m.def("has_vnni", &int8::has_vnni, "whether the AVX-512 VNNI int8 kernel is compiled in");
   m.def("beam_candidates", &beam_candidates, "beam search's candidate selection after a decoder step");
   pybind11::class_<Linear>(m, "Linear")
       .def_static("floating", &Linear::floating, "a float map from wt = Wᵀ (in, out) and an optional bias")
-      .def_static("int8", &Linear::int8, "an fbgemm int8 map from torch.fbgemm_linear_quantize_weight's outputs");
+      .def_static("int8", &Linear::int8, "an int8 map (int8_gemm.h) of w (out, in) and an optional bias")
+      .def("__call__", &Linear::operator(), "y = x Wᵀ + b over the last dimension");
+  pybind11::class_<Encoder>(m, "Encoder")
+      .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, std::vector<Linear>, Tensor, double,
+                          c10::optional<Tensor>, c10::optional<Tensor>, int64_t, double, bool, double, int64_t>())
+      .def("encode", &Encoder::encode, "the int8 encoder and the encoder-decoder keys/values");
   pybind11::class_<Decoder>(m, "Decoder")
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, Linear, Tensor, double, c10::optional<Tensor>,
                           c10::optional<Tensor>, int64_t, double, bool, double>())

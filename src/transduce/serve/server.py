@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..decode import DTYPES
+from ..decode.native_help import NATIVE_HELP
 from .batcher import Batcher, Job
 
 try:
@@ -232,7 +233,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="fp32", choices=DTYPES)
-    parser.add_argument("--native", action="store_true", help="run each decoder step as one C++ call (less overhead at small batches; fp32/bf16 output unchanged, int8 runs fbgemm int8 GEMMs in the step; built on first use)")
+    parser.add_argument("--native", action="store_true", help=NATIVE_HELP)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--max-sentences", type=int, default=d.max_sentences, help="sentences per request")
     parser.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per sentence")
