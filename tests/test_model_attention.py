@@ -122,3 +122,35 @@ def test_additive_attention_masks_and_normalises():
     assert out.shape == (2, 3, 16)
     assert torch.all(w[1, ..., 2:] == 0)
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 3))
+
+
+def test_written_out_training_attention_equals_the_kernels():
+    """Within ``written_out()`` (training on CPU) a layer computes the formula with fp32 scores: equal to
+    SDPA in fp32 (padding mask, causal flag, fully masked rows), and under bf16 autocast within bf16
+    rounding of SDPA's math kernel, which also keeps its scores in fp32."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from transduce.model.attention import attention_written_out, written_out
+
+    q, k, v = qkv(T=6, S=6)
+    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    mask[1, ..., 3:] = False
+    torch.testing.assert_close(attention_written_out(q, k, v, mask), attention_fast(q, k, v, mask))
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(24, 3, self_attention=True).eval()
+    x = torch.randn(2, 6, 24)
+    for kw in (dict(mask=mask), dict(is_causal=True), dict(mask=torch.zeros(2, 1, 1, 6, dtype=torch.bool))):
+        plain = layer(x, **kw)
+        with written_out():
+            ours = layer(x, **kw)
+        torch.testing.assert_close(ours, plain, atol=1e-6, rtol=1e-5)
+        with torch.autocast("cpu", dtype=torch.bfloat16), sdpa_kernel(SDPBackend.MATH):
+            math_bf16 = layer(x, **kw).float()
+            with written_out():
+                ours_bf16 = layer(x, **kw).float()
+        torch.testing.assert_close(ours_bf16, math_bf16, atol=2e-2, rtol=2e-2)
+    q16, k16 = q.bfloat16(), k.bfloat16()  # the scores: fp32 from bf16 inputs, not bf16-rounded
+    scores_fp32 = q16.float() @ k16.float().transpose(-2, -1) / math.sqrt(8)
+    out = attention_written_out(q16, k16, v.bfloat16())
+    expected = (torch.softmax(scores_fp32, -1).bfloat16() @ v.bfloat16())
+    assert torch.equal(out, expected)

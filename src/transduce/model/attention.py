@@ -8,7 +8,11 @@ Two paths compute scaled dot-product attention:
 * :func:`attention_reference` — the formula written out, returns the weights too
   (used for visualisation, additive attention and as the test oracle);
 * :func:`attention_fast` — ``torch.nn.functional.scaled_dot_product_attention``,
-  the fused kernel used for training, encoding, and decoding on GPU.
+  the fused kernel used for training, encoding, and decoding on GPU;
+* :func:`attention_written_out` — the formula with fp32 scores, for training on CPU inside
+  :func:`written_out` (the trainer's ``attention_kernel = "auto"`` there). At Multi30k's
+  lengths (~17) SDPA's CPU math kernel upcasts and copies its bf16 inputs: paper-base shapes, 2
+  threads, forward + backward of one layer's attention took 26 ms in it and 17 ms written out.
 
 Incremental decoding on CPU uses the reference formula: with one query per row (self-attention) or
 one per beam (encoder–decoder attention) the fused CPU kernel's set-up outweighs its work. Measured
@@ -18,6 +22,8 @@ on 2 threads, beam 4 at batch 64: encoder–decoder attention 440 → 130 µs pe
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import torch
@@ -64,6 +70,30 @@ def _softmax_and_mix(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: fl
     if dropout > 0.0:
         weights = F.dropout(weights, p=dropout, training=True)
     return torch.matmul(weights, v), weights  # (B, h, T_q, d_v)
+
+
+_WRITTEN_OUT = contextvars.ContextVar("transduce_attention_written_out", default=False)
+
+
+@contextlib.contextmanager
+def written_out():
+    """Within this context full-sequence attention (training, encoding) uses :func:`attention_written_out`."""
+    token = _WRITTEN_OUT.set(True)
+    try:
+        yield
+    finally:
+        _WRITTEN_OUT.reset(token)
+
+
+def attention_written_out(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None,
+                          dropout: float = 0.0) -> Tensor:
+    """:func:`attention_reference`'s formula with the scores Q Kᵀ computed in fp32 (as SDPA's math
+    kernel does) whatever the autocast dtype; softmax in fp32, the weights mix V in V's dtype.
+    q (B, h, T_q, d_k), k/v (B, h, T_k, d_k) -> (B, h, T_q, d_k)."""
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    with torch.autocast(q.device.type, enabled=False):
+        scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale  # (B, h, T_q, T_k) fp32
+    return _softmax_and_mix(scores, v, mask, dropout)[0]
 
 
 def attention_fast(
@@ -151,7 +181,8 @@ class MultiHeadAttention(nn.Module):
         ``step``: an incremental-decoding step, which takes the reference formula on CPU (module docstring).
         """
         p = self.dropout if self.training else 0.0
-        if is_causal and (self.record is not None or self.kind == "additive"):
+        written = self.record is None and self.kind != "additive" and not step and _WRITTEN_OUT.get()
+        if is_causal and (self.record is not None or self.kind == "additive" or written):
             T_q, T_k = q.size(-2), k.size(-2)
             mask = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(T_k - T_q)
             is_causal = False
@@ -159,6 +190,8 @@ class MultiHeadAttention(nn.Module):
             out, weights = _softmax_and_mix(self.additive(q, k), v, mask, p)
         elif self.record is not None or (step and q.device.type == "cpu"):
             out, weights = attention_reference(q, k, v, mask, self.scale, p)
+        elif written:
+            out, weights = attention_written_out(q, k, v, mask, self.scale, p), None
         else:
             out, weights = attention_fast(q, k, v, mask, self.scale, p, is_causal), None
         if self.record is not None:

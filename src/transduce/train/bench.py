@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--plain-dropout", action="store_true", help="keep nn.Dropout (compare with FastDropout)")
     p.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"])
-    p.add_argument("--sdpa", default="auto", choices=["auto", "default", "math"])
+    p.add_argument("--sdpa", default="auto", choices=["auto", "written", "default", "math"])
     p.add_argument("--profile", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)

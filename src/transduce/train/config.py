@@ -51,9 +51,10 @@ class TrainConfig:
     subword_dropout: float = 0.0  # BPE-dropout p: a new segmentation of the training text each epoch; 0 = off
     # [start, end]: residual dropout P_drop rises (or falls) linearly over the budget instead of model.dropout
     dropout_ramp: list[float] | None = None
-    # scaled_dot_product_attention kernel in training: "auto" = the math kernel on CPU (measured faster for
-    # short sentences, forward + backward) and PyTorch's own choice on CUDA
-    attention_kernel: Literal["auto", "math", "flash", "efficient", "default"] = "auto"
+    # attention in training: "auto" = the written-out formula with fp32 scores on CPU (model/attention.py:
+    # faster than SDPA's kernels for short sentences, forward + backward) and PyTorch's SDPA choice on CUDA;
+    # "written", or an SDPA kernel by name
+    attention_kernel: Literal["auto", "written", "math", "flash", "efficient", "default"] = "auto"
     # length of the run
     max_steps: int = 100_000
     max_epochs: int | None = None

@@ -37,11 +37,17 @@ class UpdateStats:
 
 
 def attention_kernel(device: torch.device, name: str = "auto"):
-    """Context choosing the SDPA kernel: "auto" = math on CPU, PyTorch's choice elsewhere; "default" = PyTorch's."""
+    """Context choosing the attention kernel: "auto" = the written-out formula on CPU
+    (:func:`~transduce.model.attention.written_out`), PyTorch's SDPA choice elsewhere; "default" =
+    PyTorch's SDPA choice; "math", "flash", "efficient" = that SDPA kernel; "written" = written out."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from ..model.attention import written_out
+
     if name == "auto":
-        name = "math" if device.type == "cpu" else "default"
+        name = "written" if device.type == "cpu" else "default"
+    if name == "written":
+        return written_out()
     kernels = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION}
     return sdpa_kernel(kernels[name]) if name in kernels else contextlib.nullcontext()
 
