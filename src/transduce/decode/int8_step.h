@@ -28,20 +28,6 @@ inline void rows(int64_t N, int64_t work, const F& f) {
   });
 }
 
-// x (M, d) <- x + sublayer(x) (§3.1), the layer norm (weight w, bias b) after the sum (post-norm, the
-// paper) or on the sublayer's input (pre-norm). sublayer(in) reads `in` (M, d) and writes y (M, d);
-// scratch (M, d) holds the pre-norm input.
-template <typename F>
-inline void residual(bool pre_norm, float* x, float* scratch, const float* y, const float* w, const float* b,
-                     int64_t M, int64_t d, float eps, const F& sublayer);
-
-// y (M, d) = W2 max(0, W1 x + b1) + b2 (§3.3); hidden (M, d_ff) is scratch.
-inline void feed_forward(const float* x, int64_t M, const Weights& w1, const Weights& w2, float* hidden, float* y) {
-  gemm(x, M, w1, hidden);
-  for (int64_t i = 0; i < M * w1.out; ++i) hidden[i] = std::max(hidden[i], 0.0f);
-  gemm(hidden, M, w2, y);
-}
-
 // Σ a·b over n floats (AVX-512: 16 lanes at a time, then the remainder).
 inline float dot(const float* a, const float* b, int64_t n) {
   int64_t i = 0;
@@ -104,6 +90,30 @@ inline void add_layer_norm(float* x, const float* y, const float* w, const float
   });
 }
 
+// x (M, d) <- x + sublayer(x) (§3.1), the layer norm (weight w, bias b) after the sum (post-norm, the
+// paper) or on the sublayer's input (pre-norm). sublayer(in) reads `in` (M, d) and writes y (M, d);
+// scratch (M, d) holds the pre-norm input.
+template <typename F>
+inline void residual(bool pre_norm, float* x, float* scratch, const float* y, const float* w, const float* b,
+                     int64_t M, int64_t d, float eps, const F& sublayer) {
+  if (pre_norm) {
+    std::memcpy(scratch, x, M * d * sizeof(float));
+    add_layer_norm(scratch, nullptr, w, b, M, d, eps);
+    sublayer(scratch);
+    for (int64_t i = 0; i < M * d; ++i) x[i] += y[i];
+  } else {
+    sublayer(x);
+    add_layer_norm(x, y, w, b, M, d, eps);
+  }
+}
+
+// y (M, d) = W2 max(0, W1 x + b1) + b2 (§3.3); hidden (M, d_ff) is scratch.
+inline void feed_forward(const float* x, int64_t M, const Weights& w1, const Weights& w2, float* hidden, float* y) {
+  gemm(x, M, w1, hidden);
+  for (int64_t i = 0; i < M * w1.out; ++i) hidden[i] = std::max(hidden[i], 0.0f);
+  gemm(hidden, M, w2, y);
+}
+
 // out (d_k) = softmax(scale · q Kᵀ) V over the T keys at k, v (T, d_k each, rows ks and vs floats apart);
 // visible (T) or null: only those keys. No visible key: zeros (as attention_reference).
 inline void attend_one(const float* q, const float* k, const float* v, int64_t T, int64_t ks, int64_t vs,
@@ -123,20 +133,6 @@ inline void attend_one(const float* q, const float* k, const float* v, int64_t T
     const float p = scores[t] * inv;
     const float* vt = v + t * vs;
     for (int64_t i = 0; i < d_k; ++i) out[i] += p * vt[i];
-  }
-}
-
-template <typename F>
-inline void residual(bool pre_norm, float* x, float* scratch, const float* y, const float* w, const float* b,
-                     int64_t M, int64_t d, float eps, const F& sublayer) {
-  if (pre_norm) {
-    std::memcpy(scratch, x, M * d * sizeof(float));
-    add_layer_norm(scratch, nullptr, w, b, M, d, eps);
-    sublayer(scratch);
-    for (int64_t i = 0; i < M * d; ++i) x[i] += y[i];
-  } else {
-    sublayer(x);
-    add_layer_norm(x, y, w, b, M, d, eps);
   }
 }
 
