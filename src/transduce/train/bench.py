@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--plain-dropout", action="store_true", help="keep nn.Dropout (compare with FastDropout)")
     p.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"])
     p.add_argument("--sdpa", default="auto", choices=["auto", "written", "default", "math"])
+    p.add_argument("--rdrop-alpha", type=float, default=0.0, help="R-Drop (each batch twice + alpha x KL)")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -46,7 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.adam == "fused",
                            foreach=args.adam == "foreach")
     stepper = Stepper(model, opt, Schedule("rsqrt", 4000, cfg.d_model), device=torch.device("cpu"),
-                      dtype=args.dtype, label_smoothing=cfg.label_smoothing, kernel=args.sdpa)
+                      dtype=args.dtype, label_smoothing=cfg.label_smoothing, kernel=args.sdpa,
+                      rdrop_alpha=args.rdrop_alpha)
     batches = TokenBatches(data.split("train"), args.max_tokens, seed=1).epoch(1)
     for i in range(args.warmup):
         stepper.update([batches[i]], i + 1)

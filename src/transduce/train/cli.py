@@ -29,6 +29,14 @@ def preflight(config_path: Path, overrides: list[str], resume: bool):
     from ..data import PreparedData
 
     cfg, model_table = load_config(config_path, overrides)
+    if cfg.dtype == "auto":  # resolved here, so the run's config.toml records what was used
+        from .step import resolve_dtype
+        from .trainer import pick_device
+
+        device = pick_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0")))
+        cfg.dtype, why = resolve_dtype(cfg.dtype, device.type)
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(why, flush=True)
     data_dir = Path(cfg.data)
     if not data_dir.is_dir():
         raise FileNotFoundError(f"{config_path}: key 'data': data directory {data_dir} does not exist "

@@ -44,11 +44,12 @@ class TrainConfig:
     weight_decay: float = 0.0
     clip_norm: float = 0.0  # 0 = no clipping
     # precision and device
-    dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # auto: bf16 where the device has it natively
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = None  # torch intra-op threads per process; None = torch's default
     fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
     subword_dropout: float = 0.0  # BPE-dropout p: a new segmentation of the training text each epoch; 0 = off
+    rdrop_alpha: float = 0.0  # R-Drop: each batch twice (two dropout masks), + alpha x their symmetric KL; 0 = off
     # [start, end]: residual dropout P_drop rises (or falls) linearly over the budget instead of model.dropout
     dropout_ramp: list[float] | None = None
     # attention in training: "auto" = the written-out formula with fp32 scores on CPU (model/attention.py:
@@ -95,6 +96,7 @@ class TrainConfig:
             f"must be two rates [start, end], each in [0, 1), got {self.dropout_ramp}")
         if self.dropout_ramp is not None:
             self.dropout_ramp = [float(p) for p in self.dropout_ramp]
+        check(self.rdrop_alpha >= 0, "rdrop_alpha", f"must be non-negative (0 = off), got {self.rdrop_alpha}")
         check(0 <= self.subword_dropout < 1, "subword_dropout", f"must be in [0, 1), got {self.subword_dropout}")
         check(self.bleu_sentences >= 0, "bleu_sentences", f"must be non-negative, got {self.bleu_sentences}")
         for key in ("threads", "max_epochs", "save_every_steps", "patience"):

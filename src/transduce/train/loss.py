@@ -94,18 +94,28 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                                                                  want_grad)
             if want_grad:
                 grad[s:s + rows].copy_(block)
-        if want_grad:
-            ctx.save_for_backward(hc, wc, grad)
-            ctx.dtypes = (h.dtype, weight.dtype)
-        return loss_rows.double().sum().float(), nll_rows.double().sum().float()
+        return _project_save(ctx, h, weight, hc, wc, grad, loss_rows, nll_rows)
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        hc, wc, grad = ctx.saved_tensors
-        scale = grad_loss.float()
-        grad_h = (grad @ wc).float().mul_(scale).to(ctx.dtypes[0]) if ctx.needs_input_grad[0] else None  # (N, d)
-        grad_w = (grad.t() @ hc).float().mul_(scale).to(ctx.dtypes[1]) if ctx.needs_input_grad[1] else None  # (V, d)
-        return grad_h, grad_w, None, None, None, None, None
+        return (*_project_back(ctx, grad_loss), None, None, None, None, None)
+
+
+def _project_save(ctx, h, weight, hc, wc, grad, loss_rows, nll_rows) -> tuple[Tensor, Tensor]:
+    """Keep what :func:`_project_back` needs (``grad`` is None without gradients); sum the rows' losses."""
+    if grad is not None:
+        ctx.save_for_backward(hc, wc, grad)
+        ctx.dtypes = (h.dtype, weight.dtype)
+    return loss_rows.double().sum().float(), nll_rows.double().sum().float()
+
+
+def _project_back(ctx, grad_loss: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    """∂/∂h and ∂/∂weight of a projected loss from its saved (N, V) gradient w.r.t. the logits."""
+    hc, wc, grad = ctx.saved_tensors
+    scale = grad_loss.float()
+    grad_h = (grad @ wc).float().mul_(scale).to(ctx.dtypes[0]) if ctx.needs_input_grad[0] else None  # (N, d)
+    grad_w = (grad.t() @ hc).float().mul_(scale).to(ctx.dtypes[1]) if ctx.needs_input_grad[1] else None  # (V, d)
+    return grad_h, grad_w
 
 
 def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: int = 0
@@ -123,3 +133,90 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: 
     z, y = logits[keep], target[keep]  # (N, V), (N,) real tokens only
     loss, nll = SmoothedCrossEntropy.apply(z, y, float(epsilon), pad_id)
     return loss, nll.detach(), int(y.numel())
+
+
+def _rdrop_block(z1: Tensor, z2: Tensor, ys: Tensor, epsilon: float, pad_id: int, alpha: float
+                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """R-Drop loss of fp32 logit blocks ``z1``, ``z2`` (r, V), two dropout samples of the same rows with
+    labels ``ys`` (r, 1). Returns (loss (r,), nll (r,) of both copies summed, ∂loss/∂z1, ∂loss/∂z2).
+
+    With d = log p₁ − log p₂ and Δ = p₁ − p₂, the symmetric KL is Σ_v Δ_v d_v, and
+    ∂/∂z₁ = p₁ ⊙ (d − ⟨p₁, d⟩) + Δ,  ∂/∂z₂ = p₂ ⊙ (⟨p₂, d⟩ − d) − Δ.
+    """
+    u = epsilon / (z1.size(-1) - 1)
+    lp1, lp2 = torch.log_softmax(z1, -1), torch.log_softmax(z2, -1)  # (r, V)
+    loss, nll = z1.new_zeros(z1.size(0)), z1.new_zeros(z1.size(0))
+    for lp in (lp1, lp2):
+        gold = lp.gather(-1, ys).squeeze(-1)  # (r,)
+        loss -= (1 - epsilon) * gold + u * (lp.sum(-1) - lp[:, pad_id])
+        nll -= gold
+    p1, p2 = lp1.exp(), lp2.exp()
+    d = lp1.sub_(lp2)  # (r, V); lp1 is not needed any more
+    delta = p1 - p2
+    loss += 0.5 * alpha * (delta * d).sum(-1)
+    g1 = p1 * (d - (p1 * d).sum(-1, keepdim=True)) + delta  # ∂KL/∂z₁
+    g2 = p2 * ((p2 * d).sum(-1, keepdim=True) - d) - delta  # ∂KL/∂z₂
+    for g, p in ((g1, p1), (g2, p2)):  # scale the KL part and add the smoothed loss's softmax − q
+        g.mul_(0.5 * alpha).add_(p)
+        if epsilon > 0:
+            g.sub_(u)
+            g[:, pad_id] += u
+        g.scatter_add_(-1, ys, g.new_full(ys.shape, -(1 - epsilon)))
+    return loss, nll, g1, g2
+
+
+class ProjectedRDropLoss(torch.autograd.Function):
+    """:func:`rdrop_loss` (the readable reference) fused with the pre-softmax projection as in
+    :class:`ProjectedSmoothedCrossEntropy`: each block of ``rows`` positions makes both copies' logits,
+    turns them into the loss and its closed-form gradient while in cache, and only the (2N, V) gradient
+    is written out. Same arguments and results as :func:`rdrop_loss`, plus ``rows``.
+    """
+
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float,
+                dtype: torch.dtype, rows: int = 64) -> tuple[Tensor, Tensor]:
+        hc, wc = h.to(dtype), weight.to(dtype)  # (2N, d), (V, d)
+        n, want_grad = y.size(0), any(ctx.needs_input_grad[:2])
+        grad = hc.new_empty(2 * n, weight.size(0)) if want_grad else None  # (2N, V) ∂loss/∂logits
+        loss_rows, nll_rows = h.new_empty(n, dtype=torch.float32), h.new_empty(n, dtype=torch.float32)  # (N,)
+        for s in range(0, n, rows):
+            e = min(s + rows, n)
+            z1 = (hc[s:e] @ wc.t()).float()  # (r, V) first copy
+            z2 = (hc[n + s:n + e] @ wc.t()).float()  # (r, V) second copy
+            loss_rows[s:e], nll_rows[s:e], g1, g2 = _rdrop_block(z1, z2, y[s:e, None], epsilon, pad_id, alpha)
+            if want_grad:
+                grad[s:e].copy_(g1)
+                grad[n + s:n + e].copy_(g2)
+        return _project_save(ctx, h, weight, hc, wc, grad, loss_rows, nll_rows)
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
+        return (*_project_back(ctx, grad_loss), None, None, None, None, None, None)
+
+
+def rdrop_loss(h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float,
+               dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """R-Drop (Liang et al., 2021): two dropout samples of each position, their smoothed losses plus
+    α times their symmetric KL divergence. Beyond the paper; a regulariser for small corpora.
+
+    Args:
+        h: (2N, d) hidden states; rows i and N + i are the same target position under two dropout masks.
+        weight: (V, d) pre-softmax projection (§3.4); y: (N,) labels, none of them pad.
+        dtype: the projection's matmul dtype; log-softmax, losses and KL are fp32.
+    Returns:
+        (loss_sum, nll_sum) over the 2N rows: Σ smoothed + α · Σ_N ½(KL(p₁‖p₂) + KL(p₂‖p₁)), and Σ NLL.
+        Divided by 2N, the first is the R-Drop paper's per-token objective.
+
+    This is the readable reference, differentiated by autograd, which keeps several (2N, V) fp32 tensors;
+    training uses :class:`ProjectedRDropLoss`, the same function block by block with a closed-form gradient.
+    """
+    n = y.size(0)
+    logp = torch.log_softmax((h.to(dtype) @ weight.to(dtype).t()).float(), dim=-1)  # (2N, V)
+    y2 = torch.cat([y, y]).unsqueeze(-1)  # (2N, 1)
+    gold = logp.gather(-1, y2).squeeze(-1)  # (2N,)
+    u = epsilon / (logp.size(-1) - 1)
+    spread = logp.sum(-1) - logp[:, pad_id]  # (2N,) Σ_{v≠pad} log p_v
+    smoothed = -(1 - epsilon) * gold - u * spread  # (2N,)
+    p1, p2 = logp[:n], logp[n:]  # (N, V) each
+    kl = 0.5 * ((p1.exp() * (p1 - p2)).sum() + (p2.exp() * (p2 - p1)).sum())
+    return smoothed.sum() + alpha * kl, -gold.detach().sum()

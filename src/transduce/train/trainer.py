@@ -37,7 +37,7 @@ from .distributed import Dist, all_sum, broadcast, setup, teardown
 from .dropout import DropoutRamp, use_fast_dropout
 from .log import RunLog
 from .schedule import Schedule
-from .step import Stepper, UpdateStats
+from .step import Stepper, UpdateStats, resolve_dtype
 from .validate import bleu_hook, valid_loss
 
 
@@ -62,6 +62,7 @@ class Trainer:
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         self.device = pick_device(cfg.device, int(os.environ.get("LOCAL_RANK", "0")))
+        cfg.dtype = resolve_dtype(cfg.dtype, self.device.type)[0]  # "auto" (the CLI resolves it earlier)
         self.ctx: Dist = setup(self.device)
         self.run_dir, self.ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
@@ -76,7 +77,7 @@ class Trainer:
         self.stepper = Stepper(self.model, self.optimizer, schedule,
                                device=self.device, dtype=cfg.dtype, label_smoothing=model_cfg.label_smoothing,
                                pad_id=model_cfg.pad_id, clip_norm=cfg.clip_norm, ctx=self.ctx,
-                               kernel=cfg.attention_kernel)
+                               kernel=cfg.attention_kernel, rdrop_alpha=cfg.rdrop_alpha)
         self.batches = TokenBatches(data.split(cfg.train_split), cfg.max_tokens, seed=cfg.seed, shuffle=True,
                                     rank=self.ctx.rank, world_size=self.ctx.world_size)
         self.valid = data.split(cfg.valid_split) if has_split(data, cfg.valid_split) else None
