@@ -99,8 +99,10 @@ class EvaluateSection:
     max_len_a: float = 1.0
     max_len_b: int = 50
     dtype: str = "fp32"
+    device: str = "cpu"  # "cuda", or "auto": cuda when available
 
     def __post_init__(self) -> None:
+        check(self.device in ("cpu", "cuda", "auto"), "device", f"must be cpu, cuda or auto, got {self.device!r}")
         check(self.beam >= 1, "beam", f"must be at least 1, got {self.beam}")
         alphas = self.alpha if isinstance(self.alpha, list) else [self.alpha]
         check(len(alphas) > 0 and all(a >= 0 for a in alphas), "alpha",
@@ -212,6 +214,7 @@ def _train(recipe: Recipe, resume: bool, results: dict[str, Any]) -> None:
     if status != 0:
         raise RuntimeError(f"transduce train failed with status {status} (its message is above)")
     results["train_wall_s"] = round(time.perf_counter() - start, 1)
+    results["dtype"] = read_toml(recipe.out / "run" / "config.toml")["train"]["dtype"]  # "auto" resolved
     results["train"] = _train_summary(recipe.out / "run")
 
 
@@ -235,6 +238,7 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
 
     data = PreparedData.open(recipe.data_dir)
     ev = recipe.evaluate
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if ev.device == "auto" else ev.device
     base = dict(beam=ev.beam, max_len_a=ev.max_len_a, max_len_b=ev.max_len_b)
     # lowercased outputs make cased sacreBLEU meaningless: choose them on tok-lc BLEU, the figure that applies
     metric = "tok_lc_bleu" if recipe.prepare.lowercase else "bleu"
@@ -242,7 +246,7 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     sweeps: dict[str, dict[str, float]] = {}
     translators = {}
     for name, directory in candidates.items():
-        translators[name] = load(directory, dtype=ev.dtype)
+        translators[name] = load(directory, device=device, dtype=ev.dtype)
         tried = {}
         for alpha in ev.alphas:
             _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {alpha})")
@@ -264,7 +268,7 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     shutil.rmtree(model_dir, ignore_errors=True)
     shutil.copytree(candidates[chosen], model_dir)
     results.update({"chosen": chosen, "model": str(model_dir), "scores": scores, "decode": decode,
-                    "dtype": recipe.train.get("dtype", "fp32")})
+                    "dtype": results.get("dtype", recipe.train.get("dtype", "fp32"))})
 
 
 def _score(evaluate_model, translator, data, split: str, decode: dict, hyp_path: Path | None = None) -> dict:
