@@ -114,9 +114,10 @@ class DeferredCache(DecoderCache):
 
 
 def _float(ext, module: nn.Linear):
-    """A float map of ``module``: its weight transposed once, (in, out) contiguous, for the GEMM."""
+    """A float map of ``module`` over its own weight tensor: the C++ GEMM gets the operands ``F.linear`` gives
+    it, strides included (a contiguous transposed copy rounds differently on some CPUs; see native_step.cpp)."""
     bias = module.bias.detach() if module.bias is not None else None
-    return ext.Linear.floating(module.weight.detach().t().contiguous(), bias)
+    return ext.Linear.floating(module.weight.detach(), bias)
 
 
 def _int8(ext, module: nn.Linear):

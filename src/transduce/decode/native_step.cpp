@@ -62,19 +62,23 @@ Tensor append(const Tensor& cache, const Tensor& x, const c10::optional<Tensor>&
 }  // namespace
 
 // y = x Wᵀ + b over the last dimension of x, in one of two arithmetics:
-//   float: W pre-transposed, wt (in, out) contiguous (made once, the layout the GEMM reads fastest);
-//          no bias: at::mm, as nn.Linear without bias.
+//   float: at::addmm(b, x, Wᵀ), the call F.linear makes, with Wᵀ = W.t() a view of nn.Linear's (out, in)
+//          weight, exactly the operand F.linear passes (no bias: at::mm, as F.linear's matmul). Not a
+//          contiguous (in, out) copy: with other strides ATen's CPU GEMMs may take another loop and round
+//          differently (PyTorch's own bf16 GEMM on CPUs without AVX-512, where oneDNN is not used, and MKL's
+//          fp32 GEMM at 1-3 rows), and the step would no longer equal the Python step bit for bit.
 //   int8:  int8_gemm.h: W quantised per output channel and packed once; x quantised per call and row.
 struct Linear {
   Tensor wt, bias;                        // float
   std::shared_ptr<const int8::Weights> q;  // int8
   int64_t out_features = 0;
 
-  static Linear floating(const Tensor& wt, const c10::optional<Tensor>& bias) {
+  // w (out, in) as nn.Linear.weight
+  static Linear floating(const Tensor& w, const c10::optional<Tensor>& bias) {
     Linear l;
-    l.wt = wt;
+    l.wt = w.t();  // (in, out), strides (1, in): a view, as in F.linear
     if (bias.has_value()) l.bias = *bias;
-    l.out_features = wt.size(1);
+    l.out_features = w.size(0);
     return l;
   }
 
@@ -426,7 +430,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("has_vnni", &int8::has_vnni, "whether the AVX-512 VNNI int8 kernel is compiled in");
   m.def("beam_candidates", &beam_candidates, "beam search's candidate selection after a decoder step");
   pybind11::class_<Linear>(m, "Linear")
-      .def_static("floating", &Linear::floating, "a float map from wt = Wᵀ (in, out) and an optional bias")
+      .def_static("floating", &Linear::floating, "a float map of w (out, in) as nn.Linear.weight, optional bias")
       .def_static("int8", &Linear::int8, "an int8 map (int8_gemm.h) of w (out, in) and an optional bias")
       .def("__call__", &Linear::operator(), "y = x Wᵀ + b over the last dimension");
   pybind11::class_<Encoder>(m, "Encoder")
