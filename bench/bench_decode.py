@@ -6,8 +6,8 @@ transduce (fp32, bf16, int8 dynamic quantisation of its Linear layers) against H
 (:mod:`transduce.interop`). Every engine gets the same source token ids; each run is its own
 subprocess (so ``ru_maxrss`` is that engine's peak memory) and runs alternate between engines.
 Ranking is by log-probability alone (length penalty 0 everywhere: the libraries define α
-differently), at most ``|x| + 50`` output tokens, so where the arithmetic is the same the best
-hypotheses must agree.
+differently), at most ``|x| + 50`` output tokens and no minimum (an empty output may win), so where
+the arithmetic is the same the best hypotheses must agree.
 
     python bench/bench_decode.py worker ENGINE --model DIR --batch 64 --sentences FILE   (one timed run)
 """
@@ -92,8 +92,11 @@ def _ct2(export_dir: Path, compute_type: str, threads: int, vocab):
 
     def run(batch: list[list[int]], beam: int) -> list[list[int]]:
         pieces = [vocab.pieces(s[:-1]) for s in batch]  # CTranslate2 appends eos itself
+        # min_decoding_length=0: translate_batch defaults to 1, which bars eos at the first step, so an empty
+        # hypothesis (eos first) could not win there while transduce's and HF's beam search allow it.
         results = translator.translate_batch(pieces, beam_size=beam, length_penalty=0.0, max_batch_size=len(batch),
-                                             max_decoding_length=max(len(s) for s in batch) + MAX_LEN_B)
+                                             max_decoding_length=max(len(s) for s in batch) + MAX_LEN_B,
+                                             min_decoding_length=0)
         return [[vocab.sp.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
 
     return run
