@@ -186,9 +186,12 @@ def test_build_failure_falls_back_with_a_warning(monkeypatch):
 
 @pytest.mark.parametrize("shape", [(1, 5, 3), (3, 130, 17), (4, 128, 384), (37, 64, 100)])
 def test_int8_gemm_kernel_equals_portable_loop_and_approximates_fp32(shape):
-    """int8_gemm.h: the AVX-512 VNNI kernel (where compiled in) and the portable loop return the same
-    floats (exact int32 sums, same epilogue), within int8 rounding of fp32; odd sizes hit every tail."""
+    """int8_gemm.h: the AVX-512 VNNI kernel or the AVX2 kernel (whichever the CPU has) and the portable loop
+    return the same floats (exact int32 sums, same epilogue), within int8 rounding of fp32; odd sizes hit
+    every tail."""
     ext = native.extension()
+    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):  # a SIMD kernel is compiled in
+        assert ext.has_vnni() or ext.has_avx2_kernel()
     M, K, N = shape
     g = torch.Generator().manual_seed(2)
     x, w, b = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g) * 0.1, torch.randn(N, generator=g)

@@ -4,7 +4,7 @@
 // Activations: quantised per call, per row, symmetric: x_q = round(x / s_x), s_x = max|x_r| / 127.
 // y = s_x · s_w · Σ x_q w_q + b. Every row has its own scale and the sums are exact, so a row's output
 // does not depend on the other rows of the call (int8 decoding stays batch-invariant), and the AVX-512
-// VNNI kernel and the portable loop return the same values.
+// VNNI kernel, the AVX2 kernel (CPUs without VNNI) and the portable loop return the same values.
 //
 // Why not fbgemm's int8 GEMM (at::fbgemm_linear_int8_weight_fp32_activation)? At 4 rows (batch 1,
 // beam 4) it spends ~13 µs per call on quantising, packing and requantising around a GEMM of a few
@@ -32,6 +32,12 @@
 #endif
 #else
 #define TRANSDUCE_VNNI 0
+#endif
+#if !TRANSDUCE_VNNI && defined(__AVX2__)
+#include <immintrin.h>
+#define TRANSDUCE_AVX2 1
+#else
+#define TRANSDUCE_AVX2 0
 #endif
 
 namespace int8 {
@@ -173,7 +179,59 @@ inline void columns_vnni(const Weights& w, const uint8_t* xq, const float* sx, i
 }
 #endif
 
+#if TRANSDUCE_AVX2
+// AVX2 without VNNI: vpmaddubsw multiplies unsigned by signed bytes into saturating int16 pairs. With
+// the signed x_q (byte ^ 0x80 = x_q + 128 - 128) and |x_q|, w_q <= 127, |x|·sign(w, x) makes each pair
+// at most 2·127·127 = 32,258 < 32,767, so nothing saturates; vpmaddwd by 1 sums the pairs into int32.
+// The sums are Σ x_q w_q exactly (no 128 · wsum correction): the same values as the other kernels.
+template <int R>
+inline void tile_avx2(const Weights& w, const uint8_t* xq, const float* sx, float* y, int64_t nb) {
+  const int64_t groups = w.k4 / 4;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  __m256i acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  const int8_t* panel = w.packed.data() + nb * groups * 64;
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + g * 64));       // outputs 0-7
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + g * 64 + 32));  // outputs 8-15
+    for (int r = 0; r < R; ++r) {
+      int32_t four;
+      std::memcpy(&four, xq + r * w.k4 + g * 4, 4);
+      const __m256i xs = _mm256_xor_si256(_mm256_set1_epi32(four), flip);  // signed x_q, 4 bytes repeated
+      const __m256i ax = _mm256_abs_epi8(xs);
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xs)), ones));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xs)), ones));
+    }
+  }
+  const int64_t o = nb * 16, live = std::min<int64_t>(16, w.out - o);
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float v[16];
+    for (int h = 0; h < 2; ++h) {
+      const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(sx[r]), _mm256_loadu_ps(w.scale.data() + o + 8 * h));
+      _mm256_store_ps(v + 8 * h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), scale,
+                                                 _mm256_loadu_ps(w.bias.data() + o + 8 * h)));
+    }
+    std::memcpy(y + r * w.out + o, v, live * sizeof(float));
+  }
+}
+
+inline void columns_avx2(const Weights& w, const uint8_t* xq, const float* sx, int64_t M, float* y, int64_t n0,
+                         int64_t n1) {
+  for (int64_t nb = n0 / 16; nb < n1 / 16; ++nb) {
+    int64_t r = 0;
+    for (; r + 4 <= M; r += 4) tile_avx2<4>(w, xq + r * w.k4, sx + r, y + r * w.out, nb);
+    switch (M - r) {
+      case 3: tile_avx2<3>(w, xq + r * w.k4, sx + r, y + r * w.out, nb); break;
+      case 2: tile_avx2<2>(w, xq + r * w.k4, sx + r, y + r * w.out, nb); break;
+      case 1: tile_avx2<1>(w, xq + r * w.k4, sx + r, y + r * w.out, nb); break;
+      default: break;
+    }
+  }
+}
+#endif
+
 inline bool has_vnni() { return TRANSDUCE_VNNI; }
+inline bool has_avx2_kernel() { return TRANSDUCE_AVX2; }
 
 // y (M, N) = x (M, K) Wᵀ + b, row-major float buffers. portable: the plain loop even where VNNI is
 // compiled in (tests). Threads split the output columns in 16-wide blocks; a small map stays on one.
@@ -185,6 +243,9 @@ inline void gemm(const float* x, int64_t M, const Weights& w, float* y, bool por
   at::parallel_for(0, w.n16 / 16, grain, [&](int64_t b0, int64_t b1) {
 #if TRANSDUCE_VNNI
     if (!portable) return columns_vnni(w, xq.data(), sx.data(), M, y, b0 * 16, b1 * 16);
+#endif
+#if TRANSDUCE_AVX2
+    if (!portable) return columns_avx2(w, xq.data(), sx.data(), M, y, b0 * 16, b1 * 16);
 #endif
     columns_portable(w, xq.data(), sx.data(), M, y, b0 * 16, b1 * 16);
   });

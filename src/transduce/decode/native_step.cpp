@@ -428,6 +428,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("beam_candidates_fast", &beam_candidates_fast, "beam_candidates in loops (the int8 step)");
   m.def("int8_linear", &int8_linear, "int8_gemm.h's y = x wᵀ + b (tests, benchmarks)");
   m.def("has_vnni", &int8::has_vnni, "whether the AVX-512 VNNI int8 kernel is compiled in");
+  m.def("has_avx2_kernel", &int8::has_avx2_kernel, "whether the AVX2 int8 kernel (no VNNI) is compiled in");
   m.def("beam_candidates", &beam_candidates, "beam search's candidate selection after a decoder step");
   pybind11::class_<Linear>(m, "Linear")
       .def_static("floating", &Linear::floating, "a float map of w (out, in) as nn.Linear.weight, optional bias")
