@@ -38,6 +38,12 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         overrides.append(f'recipe.out="{args.out}"')
     recipe = load_recipe(args.config, overrides)
+    if args.out is None and (recipe.out / "run").exists():  # a second `make demo` keeps the first one's run
+        n = 2
+        while Path(f"{recipe.out}-{n}").exists():
+            n += 1
+        print(f"{recipe.out} holds an earlier demo run; this one goes to {recipe.out}-{n}")
+        recipe = load_recipe(args.config, overrides + [f'recipe.out="{recipe.out}-{n}"'])
     start = time.perf_counter()
     results = run_recipe(recipe)
     out = recipe.out
