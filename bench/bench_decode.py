@@ -155,7 +155,7 @@ def export_all(model_dir: Path, exports: Path) -> dict[str, str]:
 
     model, vocabs, meta = load_model_dir(model_dir)
     missing = {}
-    jobs = {"hf-fp32": ("hf", lambda out: export_marian(model, vocabs, out, meta)),
+    jobs = {"hf-fp32": ("hf", lambda out: export_marian(model, vocabs, out, meta, ids_only=True)),  # ids in, ids out
             "ct2-float32": ("ct2-float32", lambda out: export_ctranslate2(model, vocabs, out, None)),
             "ct2-int8": ("ct2-int8", lambda out: export_ctranslate2(model, vocabs, out, "int8"))}
     for engine, (name, export) in jobs.items():

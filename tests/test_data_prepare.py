@@ -221,6 +221,7 @@ def test_lowercase_vocab_round_trip_and_cache_key(tmp_path, capsys):
     model = Transformer(ModelConfig.preset("tiny", vocab_size=len(data.vocabs.src)))
     with pytest.raises(ValueError, match="lowercases its input"):  # MarianTokenizer could not lowercase
         export_marian(model, data.vocabs, tmp_path / "hf")
+    assert (export_marian(model, data.vocabs, tmp_path / "hf", ids_only=True) / "config.json").is_file()  # ids in/out
 
 
 def test_files_splits_tsv_and_manifest(tmp_path, capsys):

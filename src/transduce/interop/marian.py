@@ -225,9 +225,14 @@ def marian_config(cfg: ModelConfig) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- export
-def export_marian(model: Transformer, vocabs: Vocabs, out: str | Path, meta: dict[str, Any] | None = None) -> Path:
-    """Write a MarianMT directory that ``transformers`` loads offline (model + MarianTokenizer)."""
-    if vocabs.lowercase:  # MarianTokenizer would feed cased text to a model that never saw any
+def export_marian(model: Transformer, vocabs: Vocabs, out: str | Path, meta: dict[str, Any] | None = None, *,
+                  ids_only: bool = False) -> Path:
+    """Write a MarianMT directory that ``transformers`` loads offline (model + MarianTokenizer).
+
+    ``ids_only=True`` also exports a lowercasing model, for callers that feed token ids to
+    ``generate`` themselves (the decoding benchmark); its MarianTokenizer must then not be used on text.
+    """
+    if vocabs.lowercase and not ids_only:  # MarianTokenizer would feed cased text to a model that never saw any
         raise ValueError("this model's vocabulary lowercases its input (prepare --lowercase), which "
                          "MarianTokenizer cannot do: export a model prepared without --lowercase")
     cfg = model.config
