@@ -5,7 +5,8 @@ compares whole training steps instead: transduce's trainer update (fused project
 label-smoothed loss on non-pad rows, fused Adam) against the same-weight ``nn.Transformer`` peer trained
 the usual way: full (B, T, V) logits under autocast, ``F.cross_entropy(label_smoothing=0.1,
 ignore_index=pad)``, ``torch.optim.Adam`` with its defaults for the implementation. Same batches, timed
-runs alternating A B A B ..., medians.
+runs alternating A B A B ..., medians. Peak memory: each side again in a process of its own (``--only``),
+which builds both models as the timed run does, drops the other one and trains its own; ``ru_maxrss`` of that process.
 
     python bench/bench_user_peer.py --preset small --dtype bf16 --threads 2 --repeats 3
 """
@@ -14,6 +15,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import resource
+import subprocess
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -62,11 +66,20 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batches", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--only", choices=["transduce", "peer"], help="train one side twice, print its peak RSS (MiB)")
     args = p.parse_args()
     set_threads(args.threads)
     data = prepared()
     batches = train_batches(data, args.batches)
     models = build_models(args.preset, len(data.vocabs.src))
+    if args.only:  # the memory run: the other model dropped, a warm-up and one more pass, then peak RSS
+        step = (ours_step(models.pop("transduce"), args.dtype) if args.only == "transduce"
+                else user_step(models.pop("nn.Transformer"), args.dtype))
+        models.clear()
+        for _ in range(2):
+            [step(b) for b in batches]
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KiB on Linux -> MiB
+        return
     steps = {"transduce trainer": ours_step(models["transduce"], args.dtype),
              "nn.Transformer + F.cross_entropy": user_step(models["nn.Transformer"], args.dtype)}
     timings = alternate({n: (lambda f=f: [f(b) for b in batches]) for n, f in steps.items()}, repeats=args.repeats)
@@ -78,6 +91,11 @@ def main() -> None:
         print(f"  {n:34s} {v:8,.0f} target tok/s  (spread ±{timings.spread(n) * 50:.0f}%)")
     a, b = tok_s.values()
     print(f"  ratio transduce / user-style peer: {a / b:.2f}x")
+    base = [sys.executable, __file__, *sys.argv[1:]]
+    peak = {side: float(subprocess.run(base + ["--only", side], capture_output=True, text=True, check=True)
+                        .stdout.split()[-1]) for side in ("transduce", "peer")}
+    print(f"  peak RSS, each side in its own process: transduce {peak['transduce']:,.0f} MiB, "
+          f"user-style peer {peak['peer']:,.0f} MiB (each builds both models, drops the other)")
 
 
 if __name__ == "__main__":
