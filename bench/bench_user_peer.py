@@ -6,7 +6,8 @@ label-smoothed loss on non-pad rows, fused Adam) against the same-weight ``nn.Tr
 the usual way: full (B, T, V) logits under autocast, ``F.cross_entropy(label_smoothing=0.1,
 ignore_index=pad)``, ``torch.optim.Adam`` with its defaults for the implementation. Same batches, timed
 runs alternating A B A B ..., medians. Peak memory: each side again in a process of its own (``--only``),
-which builds both models as the timed run does, drops the other one and trains its own; ``ru_maxrss`` of that process.
+which builds both models as the timed run does, drops the other one, resets the peak and trains its own:
+the VmHWM of those steps (Linux), i.e. the weights plus what training adds; ``ru_maxrss`` of that process.
 
     python bench/bench_user_peer.py --preset small --dtype bf16 --threads 2 --repeats 3
 """
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import resource
+import gc
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -76,9 +78,12 @@ def main() -> None:
         step = (ours_step(models.pop("transduce"), args.dtype) if args.only == "transduce"
                 else user_step(models.pop("nn.Transformer"), args.dtype))
         models.clear()
+        gc.collect()
+        Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM, the peak so far (data, both models)
         for _ in range(2):
             [step(b) for b in batches]
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KiB on Linux -> MiB
+        hwm = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM"))
+        print(int(hwm.split()[1]) / 1024)  # kB -> MiB
         return
     steps = {"transduce trainer": ours_step(models["transduce"], args.dtype),
              "nn.Transformer + F.cross_entropy": user_step(models["nn.Transformer"], args.dtype)}
@@ -94,8 +99,8 @@ def main() -> None:
     base = [sys.executable, __file__, *sys.argv[1:]]
     peak = {side: float(subprocess.run(base + ["--only", side], capture_output=True, text=True, check=True)
                         .stdout.split()[-1]) for side in ("transduce", "peer")}
-    print(f"  peak RSS, each side in its own process: transduce {peak['transduce']:,.0f} MiB, "
-          f"user-style peer {peak['peer']:,.0f} MiB (each builds both models, drops the other)")
+    print(f"  peak RSS while training, each side in its own process: transduce {peak['transduce']:,.0f} MiB, "
+          f"user-style peer {peak['peer']:,.0f} MiB (weights included)")
 
 
 if __name__ == "__main__":
