@@ -151,8 +151,13 @@ def test_int8_step_approximates_fp32_as_closely_as_python_int8(tiny_model_dir):
     fp32_caches = [model.init_cache(model.encode(src), 1) for _ in range(2)]  # the step alone is int8
     bos = torch.full((src.size(0),), 2)
     assert not torch.equal(fast.decode_step(bos, fp32_caches[0]), model.decode_step(bos, fp32_caches[1]))
-    agree = lambda lps: sum(a.argmax(-1).eq(b.argmax(-1)).sum().item() for a, b in zip(lps, ref))
-    assert agree(ours) >= agree(python_int8), (agree(ours), agree(python_int8))  # of 20 steps
+    # Greedy agreement with fp32 where fp32's choice is clear: a near-tie (top-2 margin within twice the
+    # error both are allowed) may go either way for either int8 path, as the weights' last bits decide.
+    bound = 2 * max(ours_err, python_err)
+    clear = [lp.topk(2, dim=-1).values.diff(dim=-1).abs().squeeze(-1) > bound for lp in ref]  # (B,) per step
+    assert sum(int(c.sum()) for c in clear) >= 10  # of 20 (12 here): the check is not vacuous
+    agree = lambda lps: sum(a.argmax(-1).eq(b.argmax(-1))[c].sum().item() for a, b, c in zip(lps, ref, clear))
+    assert agree(ours) >= agree(python_int8), (agree(ours), agree(python_int8))
 
 
 def test_translator_int8_native(tiny_model_dir):
