@@ -7,7 +7,7 @@ the usual way: full (B, T, V) logits under autocast, ``F.cross_entropy(label_smo
 ignore_index=pad)``, ``torch.optim.Adam`` with its defaults for the implementation. Same batches, timed
 runs alternating A B A B ..., medians. Peak memory: each side again in a process of its own (``--only``),
 which builds both models as the timed run does, drops the other one, resets the peak and trains its own:
-the VmHWM of those steps (Linux), i.e. the weights plus what training adds; ``ru_maxrss`` of that process.
+the VmHWM of those steps (Linux), i.e. the weights plus what training adds.
 
     python bench/bench_user_peer.py --preset small --dtype bf16 --threads 2 --repeats 3
 """
