@@ -7,7 +7,7 @@ import torch
 
 from transduce.model import ModelConfig, Transformer
 from transduce.train import step as step_module
-from transduce.train.loss import ProjectedRDropLoss, ProjectedSmoothedCrossEntropy, rdrop_loss
+from transduce.train.loss import ProjectedPairLoss, ProjectedSmoothedCrossEntropy, projected_rdrop_loss, rdrop_loss
 from transduce.train.schedule import Schedule
 from transduce.train.step import Stepper, resolve_dtype
 
@@ -27,7 +27,7 @@ def test_fused_rdrop_equals_the_autograd_reference(eps, alpha, rows):
     loss, nll = rdrop_loss(h1, w1, y, eps, 0, alpha, torch.float64)
     g_h, g_w = torch.autograd.grad(1.7 * loss, (h1, w1))
     h2, w2 = h.clone().requires_grad_(), w.clone().requires_grad_()
-    loss2, nll2 = ProjectedRDropLoss.apply(h2, w2, y, eps, 0, alpha, torch.float64, rows)
+    loss2, nll2 = projected_rdrop_loss(h2, w2, y, eps, 0, alpha, torch.float64, rows)
     g_h2, g_w2 = torch.autograd.grad(1.7 * loss2, (h2, w2))
     # the fused blocks are fp32 (as in training); the reference is fp64
     assert loss2.item() == pytest.approx(loss.item(), rel=1e-5)
@@ -40,12 +40,12 @@ def test_identical_copies_have_no_kl_and_twice_the_plain_loss():
     h, w, y = _inputs(1)
     n = y.size(0)
     same = torch.cat([h[:n], h[:n]])
-    loss, nll = ProjectedRDropLoss.apply(same, w, y, 0.1, 0, 5.0, torch.float64, 16)
+    loss, nll = projected_rdrop_loss(same, w, y, 0.1, 0, 5.0, torch.float64, 16)
     plain, plain_nll = ProjectedSmoothedCrossEntropy.apply(h[:n], w, y, 0.1, 0, torch.float64, 16)
     assert loss.item() == pytest.approx(2 * plain.item(), rel=1e-6)
     assert nll.item() == pytest.approx(2 * plain_nll.item(), rel=1e-6)
-    different, _ = ProjectedRDropLoss.apply(h, w, y, 0.1, 0, 5.0, torch.float64, 16)
-    without_kl, _ = ProjectedRDropLoss.apply(h, w, y, 0.1, 0, 0.0, torch.float64, 16)
+    different, _ = projected_rdrop_loss(h, w, y, 0.1, 0, 5.0, torch.float64, 16)
+    without_kl, _ = projected_rdrop_loss(h, w, y, 0.1, 0, 0.0, torch.float64, 16)
     assert different.item() > without_kl.item()  # the symmetric KL of two different copies is positive
 
 

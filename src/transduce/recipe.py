@@ -9,8 +9,9 @@
     [evaluate]  splits, beam, alpha, ...
 
 ``--set section.key=value`` overrides any key. The averaged model and the trainer's own final model
-(the best validated weights, the last update's included) are both scored on the validation split (with
-each length penalty α listed in [evaluate] alpha); the better model and α are the recipe's, and only they
+(the best validated weights, the last update's included) are both scored on the validation split, with
+each length penalty α listed in [evaluate] alpha; after a mutual-learning run (``train.mutual_alpha``) so are
+the ensembles of its two models, final and averaged. The best model and α are the recipe's, and only they
 are scored on the test splits (the choice never looks at test data). Results go to OUT/results.json and
 are printed as a table.
 """
@@ -226,15 +227,23 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     from .train.average import average
     from .train.checkpoint import list_checkpoints
 
-    candidates = {"final": recipe.out / "run" / "model"}
-    available = len(list_checkpoints(recipe.out / "run" / "checkpoints"))
+    run = recipe.out / "run"
+    candidates = {"final": [run / "model"]}  # name -> model directories (more than one: an ensemble)
+    peer = (run / "peer-model").is_dir()  # a mutual-learning run: its two models are also tried as an ensemble
+    available = len(list_checkpoints(run / "checkpoints"))
     last = min(recipe.average.last, available)
     if last < recipe.average.last:
         print(f"only {available} checkpoints were written; averaging {last}, not {recipe.average.last}")
     results["averaged_checkpoints"] = last if last > 1 else 0
     if last > 1:
-        _stage("average", f"transduce average {recipe.out / 'run'} --last {last}")
-        candidates["averaged"] = average(recipe.out / "run", last, recipe.out / "averaged")
+        _stage("average", f"transduce average {run} --last {last}")
+        candidates["averaged"] = [average(run, last, recipe.out / "averaged")]
+    if peer:
+        candidates["final pair"] = [run / "model", run / "peer-model"]
+        if last > 1:
+            _stage("average", f"transduce average {run} --last {last} --peer")
+            candidates["averaged pair"] = [candidates["averaged"][0],
+                                           average(run, last, recipe.out / "averaged-peer", peer=True)]
 
     data = PreparedData.open(recipe.data_dir)
     ev = recipe.evaluate
@@ -245,8 +254,8 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     scores: dict[str, dict[str, Any]] = {}
     sweeps: dict[str, dict[str, float]] = {}
     translators = {}
-    for name, directory in candidates.items():
-        translators[name] = load(directory, device=device, dtype=ev.dtype)
+    for name, directories in candidates.items():
+        translators[name] = load(directories[0], device=device, dtype=ev.dtype, ensemble=directories[1:])
         tried = {}
         for alpha in ev.alphas:
             _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {alpha})")
@@ -264,11 +273,16 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
         _stage("evaluate", f"{chosen} model on {split}")
         scores[chosen][split] = {**_score(evaluate_model, translator, data, split, decode, recipe.out / f"{split}.hyp"),
                                  "alpha": decode["alpha"]}
-    model_dir = recipe.out / "model"
-    shutil.rmtree(model_dir, ignore_errors=True)
-    shutil.copytree(candidates[chosen], model_dir)
-    results.update({"chosen": chosen, "model": str(model_dir), "scores": scores, "decode": decode,
+    targets = [recipe.out / "model", recipe.out / "peer-model"]
+    for target in targets:  # a peer-model left by an earlier --evaluate-only choice goes too
+        shutil.rmtree(target, ignore_errors=True)
+    for source, target in zip(candidates[chosen], targets):
+        shutil.copytree(source, target)
+    model_dirs = targets[:len(candidates[chosen])]
+    results.update({"chosen": chosen, "model": str(model_dirs[0]), "scores": scores, "decode": decode,
                     "dtype": results.get("dtype", recipe.train.get("dtype", "fp32"))})
+    if len(model_dirs) > 1:
+        results["ensemble"] = [str(d) for d in model_dirs[1:]]
 
 
 def _score(evaluate_model, translator, data, split: str, decode: dict, hyp_path: Path | None = None) -> dict:
@@ -327,7 +341,9 @@ def run(args: argparse.Namespace) -> int:
           f"wall-clock, {results['train'].get('step', '?')} updates; {m['cpu']}, {results['train_processes']} "
           f"process(es) x {results['train_threads']} training thread(s), "
           f"{results['dtype']}, seed {results['seed']}")
-    print(f"model: {results['model']}   results: {recipe.out / 'results.json'}")
+    members = results.get("ensemble", [])
+    print(f"model: {results['model']}{''.join(f' + {m} (ensemble: translate --ensemble {m})' for m in members)}"
+          f"   results: {recipe.out / 'results.json'}")
     sig = next(iter(next(iter(results["scores"].values())).values()))
     print(f"sacreBLEU signature: {sig['bleu_signature']}")
     return 0

@@ -18,23 +18,26 @@ from ..config import read_toml
 from ..data.vocab import Vocabs
 from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
-from .checkpoint import MODEL, STATE, list_checkpoints
+from .checkpoint import MODEL, PEER, STATE, list_checkpoints
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="a training run directory (with checkpoints/ and vocab/)")
     parser.add_argument("--last", type=int, default=5, metavar="N", help="how many of the newest checkpoints (default 5)")
     parser.add_argument("--out", type=Path, required=True, help="model directory to write")
+    parser.add_argument("--peer", action="store_true", help="average the peer model of a mutual-learning run")
 
 
-def average_tensors(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """Mean of each tensor over the ``model.safetensors`` files in ``paths``; names must agree."""
+def average_tensors(paths: list[Path], filename: str = MODEL) -> dict[str, torch.Tensor]:
+    """Mean of each tensor over the ``filename`` files (weights) in ``paths``; tensor names must agree."""
     total: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     for path in paths:
-        tensors = load_file(str(path / MODEL))
+        if not (path / filename).is_file():
+            raise FileNotFoundError(f"{path / filename}: missing checkpoint file")
+        tensors = load_file(str(path / filename))
         if total and set(tensors) != set(total):
-            raise ValueError(f"{path / MODEL}: tensor names differ from {paths[0] / MODEL}")
+            raise ValueError(f"{path / filename}: tensor names differ from {paths[0] / filename}")
         for name, t in tensors.items():
             dtypes.setdefault(name, t.dtype)
             total[name] = total[name] + t.double() if name in total else t.double()
@@ -51,7 +54,9 @@ def run_languages(run_dir: Path) -> dict[str, str]:
     return {key: manifest[key] for key in ("src_lang", "tgt_lang") if key in manifest}
 
 
-def average(run_dir: Path, last: int, out: Path) -> Path:
+def average(run_dir: Path, last: int, out: Path, peer: bool = False) -> Path:
+    """Average the last ``last`` checkpoints of ``run_dir`` into the model directory ``out`` (the peer
+    model's weights with ``peer``, from a mutual-learning run)."""
     if last < 1:
         raise ValueError(f"--last must be at least 1, got {last}")
     found = list_checkpoints(run_dir / "checkpoints")
@@ -62,19 +67,20 @@ def average(run_dir: Path, last: int, out: Path) -> Path:
     chosen = found[-last:]
     state = json.loads((chosen[-1] / STATE).read_text())
     model = Transformer(ModelConfig.from_dict(state["model_config"], where=f"{chosen[-1] / STATE} model_config"))
-    weights = average_tensors(chosen)
+    filename = PEER if peer else MODEL
+    weights = average_tensors(chosen, filename)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     # a tied tensor is stored once under one of its names; its other names are loaded through it
     params = model.state_dict(keep_vars=True)
     stored = {params[name].data_ptr() for name in weights if name in params}
     if unexpected or any(params[name].data_ptr() not in stored for name in missing):
-        raise ValueError(f"{chosen[-1] / MODEL}: weights do not match the model config "
+        raise ValueError(f"{chosen[-1] / filename}: weights do not match the model config "
                          f"(missing {missing}, unexpected {unexpected})")
     meta = {**run_languages(run_dir), "averaged": [p.name for p in chosen], "steps": state["step"]}
     return save_model_dir(out, model, Vocabs.load(run_dir / "vocab"), meta)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = average(args.run_dir, args.last, args.out)
-    print(f"averaged the last {args.last} checkpoints of {args.run_dir} into {out}")
+    out = average(args.run_dir, args.last, args.out, peer=args.peer)
+    print(f"averaged the last {args.last} checkpoints of {args.run_dir}{' (peer)' * args.peer} into {out}")
     return 0

@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"])
     p.add_argument("--sdpa", default="auto", choices=["auto", "written", "default", "math"])
     p.add_argument("--rdrop-alpha", type=float, default=0.0, help="R-Drop (each batch twice + alpha x KL)")
+    p.add_argument("--mutual-alpha", type=float, default=0.0,
+                   help="mutual learning (a second model of its own initialisation + alpha x KL)")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -42,13 +44,16 @@ def main(argv: list[str] | None = None) -> None:
                              **({} if data.vocabs.shared else {"tgt_vocab_size": len(data.vocabs.tgt),
                                                                 "tie_embeddings": "target"}))
     model = Transformer(cfg).train()
-    if not args.plain_dropout:
-        use_fast_dropout(model)
-    opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.adam == "fused",
+    peer = Transformer(cfg).train() if args.mutual_alpha > 0 else None
+    for m in (model, peer):
+        if m is not None and not args.plain_dropout:
+            use_fast_dropout(m)
+    params = list(model.parameters()) + (list(peer.parameters()) if peer is not None else [])
+    opt = torch.optim.Adam(params, betas=(0.9, 0.98), eps=1e-9, fused=args.adam == "fused",
                            foreach=args.adam == "foreach")
     stepper = Stepper(model, opt, Schedule("rsqrt", 4000, cfg.d_model), device=torch.device("cpu"),
                       dtype=args.dtype, label_smoothing=cfg.label_smoothing, kernel=args.sdpa,
-                      rdrop_alpha=args.rdrop_alpha)
+                      rdrop_alpha=args.rdrop_alpha, peer=peer, mutual_alpha=args.mutual_alpha)
     batches = TokenBatches(data.split("train"), args.max_tokens, seed=1).epoch(1)
     for i in range(args.warmup):
         stepper.update([batches[i]], i + 1)

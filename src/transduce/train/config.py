@@ -50,6 +50,9 @@ class TrainConfig:
     fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
     subword_dropout: float = 0.0  # BPE-dropout p: a new segmentation of the training text each epoch; 0 = off
     rdrop_alpha: float = 0.0  # R-Drop: each batch twice (two dropout masks), + alpha x their symmetric KL; 0 = off
+    # mutual learning: two models (RUN_DIR/model and RUN_DIR/peer-model) trained side by side on each batch, each
+    # with its smoothed loss, + alpha x their symmetric KL; decoded as an ensemble; 0 = off (one model)
+    mutual_alpha: float = 0.0
     # [start, end]: residual dropout P_drop rises (or falls) linearly over the budget instead of model.dropout
     dropout_ramp: list[float] | None = None
     # attention in training: "auto" = the written-out formula with fp32 scores on CPU (model/attention.py:
@@ -97,6 +100,11 @@ class TrainConfig:
         if self.dropout_ramp is not None:
             self.dropout_ramp = [float(p) for p in self.dropout_ramp]
         check(self.rdrop_alpha >= 0, "rdrop_alpha", f"must be non-negative (0 = off), got {self.rdrop_alpha}")
+        check(self.mutual_alpha >= 0, "mutual_alpha", f"must be non-negative (0 = off), got {self.mutual_alpha}")
+        check(not (self.mutual_alpha > 0 and self.rdrop_alpha > 0), "mutual_alpha",
+              "does not combine with rdrop_alpha (both score two copies of each batch): set one of them to 0")
+        check(not (self.mutual_alpha > 0 and self.dropout_ramp is not None), "mutual_alpha",
+              "does not combine with dropout_ramp (which ramps one model's dropout)")
         check(0 <= self.subword_dropout < 1, "subword_dropout", f"must be in [0, 1), got {self.subword_dropout}")
         check(self.bleu_sentences >= 0, "bleu_sentences", f"must be non-negative, got {self.bleu_sentences}")
         for key in ("threads", "max_epochs", "save_every_steps", "patience"):

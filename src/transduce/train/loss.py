@@ -165,33 +165,54 @@ def _rdrop_block(z1: Tensor, z2: Tensor, ys: Tensor, epsilon: float, pad_id: int
     return loss, nll, g1, g2
 
 
-class ProjectedRDropLoss(torch.autograd.Function):
+class ProjectedPairLoss(torch.autograd.Function):
     """:func:`rdrop_loss` (the readable reference) fused with the pre-softmax projection as in
-    :class:`ProjectedSmoothedCrossEntropy`: each block of ``rows`` positions makes both copies' logits,
-    turns them into the loss and its closed-form gradient while in cache, and only the (2N, V) gradient
-    is written out. Same arguments and results as :func:`rdrop_loss`, plus ``rows``.
+    :class:`ProjectedSmoothedCrossEntropy`, for two copies of the same N positions: hidden states ``h1``,
+    ``h2`` (N, d), each with its own projection ``w1``, ``w2`` (V, d) (R-Drop passes the same one twice;
+    mutual learning, each peer's). Each block of ``rows`` positions makes both copies' logits, turns them
+    into the loss and its closed-form gradient while in cache, and only the two (N, V) gradients are
+    written out. Returns (loss_sum, nll_sum) over the 2N rows, as :func:`rdrop_loss`.
     """
 
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float,
-                dtype: torch.dtype, rows: int = 64) -> tuple[Tensor, Tensor]:
-        hc, wc = h.to(dtype), weight.to(dtype)  # (2N, d), (V, d)
-        n, want_grad = y.size(0), any(ctx.needs_input_grad[:2])
-        grad = hc.new_empty(2 * n, weight.size(0)) if want_grad else None  # (2N, V) ∂loss/∂logits
-        loss_rows, nll_rows = h.new_empty(n, dtype=torch.float32), h.new_empty(n, dtype=torch.float32)  # (N,)
+    def forward(ctx, h1: Tensor, w1: Tensor, h2: Tensor, w2: Tensor, y: Tensor, epsilon: float, pad_id: int,
+                alpha: float, dtype: torch.dtype, rows: int = 64) -> tuple[Tensor, Tensor]:
+        hc1, wc1 = h1.to(dtype), w1.to(dtype)  # (N, d), (V, d)
+        hc2, wc2 = h2.to(dtype), (wc1 if w2 is w1 else w2.to(dtype))
+        n, want_grad = y.size(0), any(ctx.needs_input_grad[:4])
+        g1 = hc1.new_empty(n, w1.size(0)) if want_grad else None  # (N, V) ∂loss/∂logits of copy 1
+        g2 = hc2.new_empty(n, w2.size(0)) if want_grad else None  # (N, V) of copy 2
+        loss_rows, nll_rows = h1.new_empty(n, dtype=torch.float32), h1.new_empty(n, dtype=torch.float32)  # (N,)
         for s in range(0, n, rows):
             e = min(s + rows, n)
-            z1 = (hc[s:e] @ wc.t()).float()  # (r, V) first copy
-            z2 = (hc[n + s:n + e] @ wc.t()).float()  # (r, V) second copy
-            loss_rows[s:e], nll_rows[s:e], g1, g2 = _rdrop_block(z1, z2, y[s:e, None], epsilon, pad_id, alpha)
+            z1 = (hc1[s:e] @ wc1.t()).float()  # (r, V)
+            z2 = (hc2[s:e] @ wc2.t()).float()  # (r, V)
+            loss_rows[s:e], nll_rows[s:e], b1, b2 = _rdrop_block(z1, z2, y[s:e, None], epsilon, pad_id, alpha)
             if want_grad:
-                grad[s:e].copy_(g1)
-                grad[n + s:n + e].copy_(g2)
-        return _project_save(ctx, h, weight, hc, wc, grad, loss_rows, nll_rows)
+                g1[s:e].copy_(b1)
+                g2[s:e].copy_(b2)
+        if want_grad:
+            ctx.save_for_backward(hc1, wc1, g1, hc2, wc2, g2)
+            ctx.dtypes = (h1.dtype, w1.dtype, h2.dtype, w2.dtype)
+        return loss_rows.double().sum().float(), nll_rows.double().sum().float()
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        return (*_project_back(ctx, grad_loss), None, None, None, None, None, None)
+        hc1, wc1, g1, hc2, wc2, g2 = ctx.saved_tensors
+        scale, need, dt = grad_loss.float(), ctx.needs_input_grad, ctx.dtypes
+        out = []
+        for i, (hc, wc, g) in enumerate(((hc1, wc1, g1), (hc2, wc2, g2))):
+            out.append((g @ wc).float().mul_(scale).to(dt[2 * i]) if need[2 * i] else None)  # (N, d)
+            out.append((g.t() @ hc).float().mul_(scale).to(dt[2 * i + 1]) if need[2 * i + 1] else None)  # (V, d)
+        return (*out, None, None, None, None, None, None)
+
+
+def projected_rdrop_loss(h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float,
+                         dtype: torch.dtype, rows: int = 64) -> tuple[Tensor, Tensor]:
+    """R-Drop through :class:`ProjectedPairLoss`: ``h`` (2N, d) holds copy 1's rows, then copy 2's, both
+    projected by ``weight`` (V, d). Same arguments and results as :func:`rdrop_loss`, plus ``rows``."""
+    n = y.size(0)
+    return ProjectedPairLoss.apply(h[:n], weight, h[n:], weight, y, epsilon, pad_id, alpha, dtype, rows)
 
 
 def rdrop_loss(h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float,
@@ -208,7 +229,7 @@ def rdrop_loss(h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int
         Divided by 2N, the first is the R-Drop paper's per-token objective.
 
     This is the readable reference, differentiated by autograd, which keeps several (2N, V) fp32 tensors;
-    training uses :class:`ProjectedRDropLoss`, the same function block by block with a closed-form gradient.
+    training uses :class:`ProjectedPairLoss`, the same function block by block with a closed-form gradient.
     """
     n = y.size(0)
     logp = torch.log_softmax((h.to(dtype) @ weight.to(dtype).t()).float(), dim=-1)  # (2N, V)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .distributed import Dist, all_sum, wrap
-from .loss import ProjectedRDropLoss, ProjectedSmoothedCrossEntropy
+from .loss import ProjectedPairLoss, ProjectedSmoothedCrossEntropy, projected_rdrop_loss
 from .schedule import Schedule, set_lr
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -84,43 +84,58 @@ def autocast(device: torch.device, dtype: str):
 
 
 class TrainingLoss(nn.Module):
-    """The model plus its loss, one module so DistributedDataParallel sees the whole forward.
+    """The model (and its peer, under mutual learning) plus the loss, one module so DistributedDataParallel
+    sees the whole forward.
 
     Only non-padding decoder positions go through the pre-softmax projection (``Transformer.hidden``),
     which saves the largest matmul and softmax on padding; the projection and the loss are one block-wise
-    function (:class:`~transduce.train.loss.ProjectedSmoothedCrossEntropy`), so the (N, V) logits are never
-    stored. Returns (smoothed_sum, nll_sum, tokens).
+    function (:mod:`~transduce.train.loss`), so the (N, V) logits are never stored.
+    Returns (smoothed_sum, nll_sum, tokens), tokens counting each copy of a position.
+
+    Two copies of every position are scored when training with ``rdrop_alpha`` > 0 (R-Drop: the model twice,
+    under independent dropout masks) or with a ``peer`` (mutual learning: the model and its peer, a second
+    Transformer of its own initialisation); either way the loss is both copies' smoothed losses plus α times
+    their symmetric KL (:class:`~transduce.train.loss.ProjectedPairLoss`).
     """
 
     def __init__(self, model: nn.Module, device: torch.device, dtype: str, epsilon: float, pad_id: int,
-                 kernel: str = "auto", rdrop_alpha: float = 0.0):
+                 kernel: str = "auto", rdrop_alpha: float = 0.0, peer: nn.Module | None = None,
+                 mutual_alpha: float = 0.0):
         super().__init__()
+        if peer is not None and rdrop_alpha > 0:
+            raise ValueError("R-Drop (rdrop_alpha) and mutual learning (mutual_alpha) do not combine: use one")
         self.model, self.device, self.dtype, self.epsilon, self.pad_id = model, device, dtype, epsilon, pad_id
-        self.kernel, self.rdrop_alpha = kernel, rdrop_alpha
+        self.kernel, self.rdrop_alpha, self.peer, self.mutual_alpha = kernel, rdrop_alpha, peer, mutual_alpha
 
     @property
     def copies(self) -> int:
-        """How many times each target token is counted: 2 under R-Drop while training, else 1."""
-        return 2 if self.rdrop_alpha > 0 and self.model.training else 1
+        """How many times each target token is counted: 2 under R-Drop or mutual learning while training."""
+        return 2 if (self.rdrop_alpha > 0 or self.peer is not None) and self.model.training else 1
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor):
         labels = tgt[:, 1:]  # (B, T-1)
         keep = labels != self.pad_id  # (B, T-1)
-        if self.copies == 2:  # R-Drop: every sentence twice in one batch, under independent dropout masks
+        rdrop = self.copies == 2 and self.peer is None
+        if rdrop:  # R-Drop: every sentence twice in one batch, under independent dropout masks
             src, tgt = torch.cat([src, src]), torch.cat([tgt, tgt])  # (2B, S), (2B, T)
         with autocast(self.device, self.dtype), attention_kernel(self.device, self.kernel):
-            h = self.model.hidden(src, tgt[:, :-1])  # (copies·B, T-1, d_model)
+            h = self.model.hidden(src, tgt[:, :-1])  # (copies·B, T-1, d_model) for R-Drop, else (B, T-1, d_model)
+            h_peer = self.peer.hidden(src, tgt[:, :-1]) if self.copies == 2 and not rdrop else None
         rows = 64 if self.device.type == "cpu" else 8192  # CPU: blocks that stay in cache; GPU: few launches
-        if self.copies == 2:
+        dtype, y = AUTOCAST.get(self.dtype, torch.float32), labels[keep]
+        if rdrop:
             b = labels.size(0)
             states = torch.cat([h[:b][keep], h[b:][keep]])  # (2N, d_model): copy 1's positions, then copy 2's
-            loss, nll = ProjectedRDropLoss.apply(states, self.model.generator.weight, labels[keep],
-                                                 float(self.epsilon), self.pad_id, float(self.rdrop_alpha),
-                                                 AUTOCAST.get(self.dtype, torch.float32), rows // 2)
+            loss, nll = projected_rdrop_loss(states, self.model.generator.weight, y, float(self.epsilon),
+                                             self.pad_id, float(self.rdrop_alpha), dtype, rows // 2)
             return loss, nll.detach(), 2 * int(keep.sum())
-        loss, nll = ProjectedSmoothedCrossEntropy.apply(h[keep], self.model.generator.weight, labels[keep],
-                                                        float(self.epsilon), self.pad_id,
-                                                        AUTOCAST.get(self.dtype, torch.float32), rows)
+        if h_peer is not None:
+            loss, nll = ProjectedPairLoss.apply(h[keep], self.model.generator.weight, h_peer[keep],
+                                                self.peer.generator.weight, y, float(self.epsilon), self.pad_id,
+                                                float(self.mutual_alpha), dtype, rows // 2)
+            return loss, nll.detach(), 2 * int(keep.sum())
+        loss, nll = ProjectedSmoothedCrossEntropy.apply(h[keep], self.model.generator.weight, y,
+                                                        float(self.epsilon), self.pad_id, dtype, rows)
         return loss, nll.detach(), int(keep.sum())
 
 
@@ -132,10 +147,12 @@ class Stepper:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *,
                  device: torch.device, dtype: str = "fp32", label_smoothing: float = 0.1, pad_id: int = 0,
-                 clip_norm: float = 0.0, ctx: Dist = Dist(), kernel: str = "auto", rdrop_alpha: float = 0.0):
+                 clip_norm: float = 0.0, ctx: Dist = Dist(), kernel: str = "auto", rdrop_alpha: float = 0.0,
+                 peer: nn.Module | None = None, mutual_alpha: float = 0.0):
         if dtype == "fp16" and device.type != "cuda":
             raise ValueError("key 'dtype': 'fp16' needs a CUDA device (use 'bf16' on CPU)")
-        self.loss = TrainingLoss(model, device, dtype, label_smoothing, pad_id, kernel, rdrop_alpha)
+        self.loss = TrainingLoss(model, device, dtype, label_smoothing, pad_id, kernel, rdrop_alpha, peer,
+                                 mutual_alpha)
         self.model = wrap(self.loss, ctx, device)
         self.optimizer, self.schedule = optimizer, schedule
         self.device, self.dtype, self.ctx, self.clip_norm = device, dtype, ctx, clip_norm
@@ -146,9 +163,10 @@ class Stepper:
 
         ``progress`` is the fraction of the run's budget used before this update (for the ``linear`` schedule).
         """
-        local = sum(b.tgt_tokens for b in batches) * self.loss.copies  # R-Drop counts each token twice
+        local = sum(b.tgt_tokens for b in batches) * self.loss.copies  # two copies count each token twice
         total = int(all_sum(torch.tensor([float(local)], dtype=torch.float64, device=self.device), self.ctx).item())
-        factor = self.ctx.world_size / max(total, 1)
+        # each model's gradient is that of its own loss per token: with a peer, the summed loss holds two models'
+        factor = self.ctx.world_size * (2 if self.loss.peer is not None else 1) / max(total, 1)
         sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, nll, tokens, src tokens
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1

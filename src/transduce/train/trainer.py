@@ -6,6 +6,7 @@
     RUN_DIR/metrics.jsonl      one JSON object per logged update / validation
     RUN_DIR/tensorboard/       the same as TensorBoard events
     RUN_DIR/model/             the final model directory (best weights if validated, else the last)
+    RUN_DIR/peer-model/        with mutual learning (train.mutual_alpha): the peer's, from the same step
 
 The data position (epoch, batch index), every RNG state and the optimizer are in each checkpoint, so a
 run killed at any moment resumes from its last checkpoint and, on CPU with the same thread count, ends
@@ -41,6 +42,9 @@ from .step import Stepper, UpdateStats, resolve_dtype
 from .validate import bleu_hook, valid_loss
 
 
+PEER_SEED = 1_000_003  # mutual learning: the peer's initial weights come from torch.manual_seed(seed + this)
+
+
 class TrainingStopped(ValueError):
     """Training cannot go on (e.g. the loss stayed non-finite); the message says why and what to try."""
 
@@ -67,17 +71,24 @@ class Trainer:
         self.run_dir, self.ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         self.model = Transformer(model_cfg).to(self.device)
-        if cfg.fast_dropout:
-            use_fast_dropout(self.model)
+        self.peer: Transformer | None = None  # mutual learning's second model: its own initial weights
+        if cfg.mutual_alpha > 0:
+            torch.manual_seed(cfg.seed + PEER_SEED)
+            self.peer = Transformer(model_cfg).to(self.device).train()
+        for m in self.models():
+            if cfg.fast_dropout:
+                use_fast_dropout(m)
         self.ramp = DropoutRamp(self.model, *cfg.dropout_ramp) if cfg.dropout_ramp else None
         self.model.train()
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=tuple(cfg.adam_betas),
+        params = [p for m in self.models() for p in m.parameters()]
+        self.optimizer = torch.optim.Adam(params, lr=0.0, betas=tuple(cfg.adam_betas),
                                           eps=cfg.adam_eps, weight_decay=cfg.weight_decay, fused=True)
         schedule = Schedule(cfg.schedule, cfg.warmup, model_cfg.d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr)
         self.stepper = Stepper(self.model, self.optimizer, schedule,
                                device=self.device, dtype=cfg.dtype, label_smoothing=model_cfg.label_smoothing,
                                pad_id=model_cfg.pad_id, clip_norm=cfg.clip_norm, ctx=self.ctx,
-                               kernel=cfg.attention_kernel, rdrop_alpha=cfg.rdrop_alpha)
+                               kernel=cfg.attention_kernel, rdrop_alpha=cfg.rdrop_alpha, peer=self.peer,
+                               mutual_alpha=cfg.mutual_alpha)
         self.batches = TokenBatches(data.split(cfg.train_split), cfg.max_tokens, seed=cfg.seed, shuffle=True,
                                     rank=self.ctx.rank, world_size=self.ctx.world_size)
         self.valid = data.split(cfg.valid_split) if has_split(data, cfg.valid_split) else None
@@ -99,6 +110,10 @@ class Trainer:
             self._resume()
         self.stop_reason: str | None = None
 
+    def models(self) -> list[Transformer]:
+        """The model, and its peer under mutual learning."""
+        return [self.model] + ([self.peer] if self.peer is not None else [])
+
     # ------------------------------------------------------------------ state
     def _resume(self) -> None:
         found = ckpt.list_checkpoints(self.ckpt_dir)
@@ -110,7 +125,7 @@ class Trainer:
         if changed:
             raise ConfigError(f"{found[-1]}: the [model] config differs from the checkpoint's: "
                               + ", ".join(f"{k} = {new!r} (checkpoint: {old!r})" for k, (new, old) in changed.items()))
-        state = ckpt.load_checkpoint(found[-1], self.model, self.optimizer)
+        state = ckpt.load_checkpoint(found[-1], self.model, self.optimizer, peer=self.peer)
         if state["world_size"] != self.ctx.world_size:
             raise ValueError(f"{found[-1]}: written by {state['world_size']} processes, resumed with "
                              f"{self.ctx.world_size}; the data shards would differ")
@@ -139,7 +154,7 @@ class Trainer:
             return None
         path = self.ckpt_dir / name if name else ckpt.step_dir(self.ckpt_dir, self.step)
         ckpt.save_checkpoint(path, self.model, self.optimizer, self._state(),
-                             self.sampled.tensors() if self.sampled is not None else None)
+                             self.sampled.tensors() if self.sampled is not None else None, peer=self.peer)
         if name is None:
             ckpt.prune(self.ckpt_dir, self.cfg.keep_last)
         return path
@@ -294,6 +309,10 @@ class Trainer:
         vb = TokenBatches(self.valid, self.cfg.max_tokens, shuffle=False)
         values = valid_loss(self.model, vb.epoch(0), self.device, self.cfg.dtype, self.model_cfg.label_smoothing,
                             self.model_cfg.pad_id, self.cfg.attention_kernel)
+        if self.peer is not None:  # logged only; "best" follows the model
+            values["peer_valid_ppl"] = valid_loss(self.peer, vb.epoch(0), self.device, self.cfg.dtype,
+                                                  self.model_cfg.label_smoothing, self.model_cfg.pad_id,
+                                                  self.cfg.attention_kernel)["valid_ppl"]
         if bleu is not None:
             values["valid_bleu"] = bleu(self.model)
         metric = "valid_bleu" if "valid_bleu" in values else "valid_loss"
@@ -314,16 +333,19 @@ class Trainer:
         out = self.run_dir / "model"
         if not self.ctx.is_main:
             return out
-        model, source = self.model, f"last (step {self.step})"
+        model, peer, source = self.model, self.peer, f"last (step {self.step})"
         best_dir = self.ckpt_dir / "best"
         if self.best is not None and (best_dir / ckpt.STATE).is_file():
             model = Transformer(self.model_cfg)
-            ckpt.load_checkpoint(best_dir, model, restore_rng=False)
+            peer = Transformer(self.model_cfg) if self.peer is not None else None
+            ckpt.load_checkpoint(best_dir, model, restore_rng=False, peer=peer)
             source = f"best by {self.best['metric']} = {self.best['value']:.4g} (step {self.best['step']})"
         manifest = self.data.manifest
         meta = {"src_lang": manifest.get("src_lang", ""), "tgt_lang": manifest.get("tgt_lang", ""),
                 "weights": source, "steps": self.step}
         save_model_dir(out, model, self.data.vocabs, meta)
+        if peer is not None:
+            save_model_dir(self.run_dir / "peer-model", peer, self.data.vocabs, {**meta, "peer": True})
         reason = self.stop_reason or f"max_steps={self.cfg.max_steps} reached"
         log.record("end", self.step, {"reason": reason, "model": str(out), "weights": source})
         log.message(f"stopped at step {self.step}: {reason}; model directory {out} ({source})")
