@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 JOBS ?= 2
 
-.PHONY: setup test demo multi30k bench clean
+.PHONY: setup jemalloc test demo multi30k bench clean
 # demo training budget in minutes (the issue: at most 15); e.g. `make demo DEMO_MINUTES=3`
 DEMO_MINUTES ?= 15
 # Multi30k target language (de or fr), seed, and LOWERCASE=true for the papers' lowercased text
@@ -24,7 +24,23 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e '.[dev]'
+	$(MAKE) --no-print-directory jemalloc
 	touch $@
+
+# jemalloc in the venv's lib/, where training finds it (src/transduce/allocator.py: CPU training is faster with
+# it than with glibc's malloc). Best effort, no root: the Debian package's file; elsewhere a message.
+jemalloc:
+	@if [ -f $(VENV)/lib/libjemalloc.so.2 ]; then exit 0; fi; \
+	tmp=$$(mktemp -d); \
+	if command -v apt-get >/dev/null && command -v dpkg >/dev/null \
+	   && (cd $$tmp && apt-get download -q libjemalloc2 >/dev/null 2>&1 && dpkg -x libjemalloc2_*.deb x) \
+	   && lib=$$(find $$tmp/x -name libjemalloc.so.2 | head -n 1) && [ -n "$$lib" ]; then \
+	  cp -L "$$lib" $(VENV)/lib/ && echo "jemalloc: $(VENV)/lib/libjemalloc.so.2 (from Debian's libjemalloc2)"; \
+	else \
+	  echo "jemalloc: not fetched (needs apt-get and dpkg); training uses glibc's malloc, slower:" \
+	       "install libjemalloc2 or set TRANSDUCE_JEMALLOC=/path/to/libjemalloc.so.2"; \
+	fi; \
+	rm -rf $$tmp
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) -q

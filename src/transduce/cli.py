@@ -31,7 +31,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+TRAINING = ("train", "recipe", "demo")  # commands that train: re-run with jemalloc preloaded (allocator.py)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and any(a in TRAINING for a in sys.argv[1:2]):  # the process's own command line only
+        from .allocator import reexec_with_jemalloc
+
+        reexec_with_jemalloc()
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="transduce", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"transduce {_version()}")

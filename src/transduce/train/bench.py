@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rdrop-alpha", type=float, default=0.0, help="R-Drop (each batch twice + alpha x KL)")
     p.add_argument("--mutual-alpha", type=float, default=0.0,
                    help="mutual learning (a second model of its own initialisation + alpha x KL)")
+    p.add_argument("--passes", type=int, default=1,
+                   help="time the same --steps batches this many times in a row, one figure per pass (a "
+                        "throughput that falls from pass to pass is the process slowing down, e.g. its allocator)")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -65,17 +68,20 @@ def main(argv: list[str] | None = None) -> None:
             stepper.update([timed[0]], 100)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
         return
-    tokens, seconds, cpu = 0, 0.0, 0.0
-    for i, batch in enumerate(timed):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        tokens += stepper.update([batch], 100 + i).tokens
-        seconds += time.perf_counter() - start
-        cpu += time.process_time() - start_cpu
-    print(f"{args.preset} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}: "
-          f"{tokens / seconds:.0f} target tokens/s wall, {tokens / cpu * args.threads:.0f} per {args.threads} "
-          f"CPU-seconds ({len(timed)} updates of ~{tokens // len(timed)} tokens, {seconds:.1f} s; "
-          f"adam={args.adam} sdpa={args.sdpa})")
+    from ..allocator import loaded
 
+    for number in range(1, args.passes + 1):
+        tokens, seconds, cpu = 0, 0.0, 0.0
+        for i, batch in enumerate(timed):
+            start, start_cpu = time.perf_counter(), time.process_time()
+            tokens += stepper.update([batch], 100 + i).tokens
+            seconds += time.perf_counter() - start
+            cpu += time.process_time() - start_cpu
+        print(f"{args.preset} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}"
+              f"{f' pass {number}/{args.passes}' if args.passes > 1 else ''}: "
+              f"{tokens / seconds:.0f} target tokens/s wall, {tokens / cpu * args.threads:.0f} per {args.threads} "
+              f"CPU-seconds ({len(timed)} updates of ~{tokens // len(timed)} tokens, {seconds:.1f} s; "
+              f"adam={args.adam} sdpa={args.sdpa} malloc={'jemalloc' if loaded() else 'libc'})", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -37,6 +37,10 @@ def preflight(config_path: Path, overrides: list[str], resume: bool):
         cfg.dtype, why = resolve_dtype(cfg.dtype, device.type)
         if int(os.environ.get("RANK", "0")) == 0:
             print(why, flush=True)
+    if int(os.environ.get("RANK", "0")) == 0:
+        from ..allocator import describe
+
+        print(describe(), flush=True)
     data_dir = Path(cfg.data)
     if not data_dir.is_dir():
         raise FileNotFoundError(f"{config_path}: key 'data': data directory {data_dir} does not exist "

@@ -1,0 +1,47 @@
+"""The training commands re-run themselves with jemalloc preloaded (allocator.py), and say which allocator runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_train_run import REPO, data_dir, write_config  # noqa: F401
+from transduce.allocator import find_jemalloc
+
+
+def _train(config, **env):
+    full = {**{k: v for k, v in os.environ.items() if not k.startswith("TRANSDUCE_JEMALLOC")},
+            "PYTHONPATH": str(REPO / "src"), **env}
+    done = subprocess.run([sys.executable, "-m", "transduce", "train", str(config)], env=full,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_find_jemalloc_honours_the_variable_and_names_a_missing_file(tmp_path):
+    assert find_jemalloc({"TRANSDUCE_JEMALLOC": "0"}) is None
+    with pytest.raises(FileNotFoundError, match="TRANSDUCE_JEMALLOC=.*nothing.so"):
+        find_jemalloc({"TRANSDUCE_JEMALLOC": str(tmp_path / "nothing.so")})
+    named = tmp_path / "libjemalloc.so.2"
+    named.write_bytes(b"")
+    assert find_jemalloc({"TRANSDUCE_JEMALLOC": str(named)}) == named
+
+
+def test_training_runs_under_jemalloc_where_it_is_found_and_without_it_when_told(data_dir, tmp_path):  # noqa: F811
+    if find_jemalloc({}) is None:
+        pytest.skip("no libjemalloc.so.2 here (`make setup` fetches one on Debian-like systems)")
+    out = _train(write_config(tmp_path / "a.toml", data_dir, tmp_path / "a", max_steps=2))
+    assert "allocator: jemalloc" in out
+    off = _train(write_config(tmp_path / "b.toml", data_dir, tmp_path / "b", max_steps=2), TRANSDUCE_JEMALLOC="0")
+    assert "allocator: the C library's malloc" in off
+
+
+def test_a_library_that_cannot_be_preloaded_is_tried_once_and_training_goes_on(data_dir, tmp_path):  # noqa: F811
+    fake = tmp_path / "libjemalloc.so.2"
+    fake.write_text("not a shared library\n")
+    out = _train(write_config(tmp_path / "c.toml", data_dir, tmp_path / "c", max_steps=2),
+                 TRANSDUCE_JEMALLOC=str(fake))
+    assert "allocator: the C library's malloc" in out and "step 2/2" in out
