@@ -1,16 +1,14 @@
 """jemalloc for CPU training: the training commands re-run themselves with it preloaded, where it is found.
 
-PyTorch on CPU allocates every activation and gradient with the C library's ``malloc``. Under glibc's,
-training slows down as a run goes on: the same 100 Multi30k batches, repeated, ran at 2,261 / 2,085 / 1,917 /
-1,801 target tokens/s in four passes (`small`, mutual learning, bf16, 1 thread; ``aten::empty_strided``
-grew from nothing to ~6% of a step), and at 2,690 / 2,714 / 2,764 / 2,655 with jemalloc preloaded. A whole
-run sees the same: mutual learning under DDP started at 3.9k target tokens/s and fell to 2.6k by update
-2,000 with glibc, and ran at 4.6k with jemalloc (README, "Which allocator trains").
+PyTorch on CPU allocates every activation and gradient with the C library's ``malloc``. Under glibc's, a
+training process slows down as it runs: mutual learning under DDP started at 3.9k target tokens/s and fell
+to 2.6k by update 2,000; with jemalloc preloaded it held 4.2-4.6k where nothing else ran; the same 100 batches
+timed four times in a row ran 1.15-1.24x faster under jemalloc (README, "Which allocator trains").
 
 ``transduce train``, ``recipe`` and ``demo`` call :func:`reexec_with_jemalloc` first: if jemalloc is not
 loaded yet and a ``libjemalloc.so.2`` is found (``TRANSDUCE_JEMALLOC`` names one; ``make setup`` puts one in
 the virtual environment's ``lib/`` on Debian-like systems; else the system's), the process replaces itself
-(``os.execv``, same PID, same arguments and environment) with ``LD_PRELOAD`` naming it. Child processes
+(``os.execve``, same PID, same arguments and environment) with ``LD_PRELOAD`` naming it. Child processes
 (torchrun's ranks) inherit it. ``TRANSDUCE_JEMALLOC=0`` turns this off.
 """
 
