@@ -108,6 +108,11 @@ class TrainingLoss(nn.Module):
         self.kernel, self.rdrop_alpha, self.peer, self.mutual_alpha = kernel, rdrop_alpha, peer, mutual_alpha
 
     @property
+    def models(self) -> int:
+        """How many models the loss trains: 2 with a peer, else 1."""
+        return 2 if self.peer is not None else 1
+
+    @property
     def copies(self) -> int:
         """How many times each target token is counted: 2 under R-Drop or mutual learning while training."""
         return 2 if (self.rdrop_alpha > 0 or self.peer is not None) and self.model.training else 1
@@ -115,12 +120,13 @@ class TrainingLoss(nn.Module):
     def forward(self, src: torch.Tensor, tgt: torch.Tensor):
         labels = tgt[:, 1:]  # (B, T-1)
         keep = labels != self.pad_id  # (B, T-1)
-        rdrop = self.copies == 2 and self.peer is None
+        mutual = self.peer is not None and self.model.training  # the peer scores the second copy
+        rdrop = self.copies == 2 and not mutual  # the model scores both
         if rdrop:  # R-Drop: every sentence twice in one batch, under independent dropout masks
             src, tgt = torch.cat([src, src]), torch.cat([tgt, tgt])  # (2B, S), (2B, T)
         with autocast(self.device, self.dtype), attention_kernel(self.device, self.kernel):
             h = self.model.hidden(src, tgt[:, :-1])  # (copies·B, T-1, d_model) for R-Drop, else (B, T-1, d_model)
-            h_peer = self.peer.hidden(src, tgt[:, :-1]) if self.copies == 2 and not rdrop else None
+            h_peer = self.peer.hidden(src, tgt[:, :-1]) if mutual else None  # (B, T-1, d_model)
         rows = 64 if self.device.type == "cpu" else 8192  # CPU: blocks that stay in cache; GPU: few launches
         dtype, y = AUTOCAST.get(self.dtype, torch.float32), labels[keep]
         if rdrop:
@@ -129,7 +135,7 @@ class TrainingLoss(nn.Module):
             loss, nll = projected_rdrop_loss(states, self.model.generator.weight, y, float(self.epsilon),
                                              self.pad_id, float(self.rdrop_alpha), dtype, rows // 2)
             return loss, nll.detach(), 2 * int(keep.sum())
-        if h_peer is not None:
+        if mutual:
             loss, nll = ProjectedPairLoss.apply(h[keep], self.model.generator.weight, h_peer[keep],
                                                 self.peer.generator.weight, y, float(self.epsilon), self.pad_id,
                                                 float(self.mutual_alpha), dtype, rows // 2)
@@ -166,7 +172,7 @@ class Stepper:
         local = sum(b.tgt_tokens for b in batches) * self.loss.copies  # two copies count each token twice
         total = int(all_sum(torch.tensor([float(local)], dtype=torch.float64, device=self.device), self.ctx).item())
         # each model's gradient is that of its own loss per token: with a peer, the summed loss holds two models'
-        factor = self.ctx.world_size * (2 if self.loss.peer is not None else 1) / max(total, 1)
+        factor = self.ctx.world_size * self.loss.models / max(total, 1)
         sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, nll, tokens, src tokens
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1

@@ -75,8 +75,8 @@ class Trainer:
         if cfg.mutual_alpha > 0:
             torch.manual_seed(cfg.seed + PEER_SEED)
             self.peer = Transformer(model_cfg).to(self.device).train()
-        for m in self.models():
-            if cfg.fast_dropout:
+        if cfg.fast_dropout:
+            for m in self.models():
                 use_fast_dropout(m)
         self.ramp = DropoutRamp(self.model, *cfg.dropout_ramp) if cfg.dropout_ramp else None
         self.model.train()
