@@ -49,6 +49,9 @@ class TrainConfig:
     threads: int | None = None  # torch intra-op threads per process; None = torch's default
     fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
     subword_dropout: float = 0.0  # BPE-dropout p: a new segmentation of the training text each epoch; 0 = off
+    # BiT (data/bidirectional.py): epochs that start within this fraction of the budget train on every pair in
+    # both directions (needs a shared vocabulary), later epochs on source -> target alone; 0 = off
+    bidirectional: float = 0.0
     rdrop_alpha: float = 0.0  # R-Drop: each batch twice (two dropout masks), + alpha x their symmetric KL; 0 = off
     # mutual learning: two models (RUN_DIR/model and RUN_DIR/peer-model) trained side by side on each batch, each
     # with its smoothed loss, + alpha x their symmetric KL; decoded as an ensemble; 0 = off (one model)
@@ -106,6 +109,10 @@ class TrainConfig:
         check(not (self.mutual_alpha > 0 and self.dropout_ramp is not None), "mutual_alpha",
               "does not combine with dropout_ramp (which ramps one model's dropout)")
         check(0 <= self.subword_dropout < 1, "subword_dropout", f"must be in [0, 1), got {self.subword_dropout}")
+        check(0 <= self.bidirectional < 1, "bidirectional",
+              f"must be a fraction of the budget in [0, 1) (0 = off), got {self.bidirectional}")
+        check(not (self.bidirectional > 0 and self.subword_dropout > 0), "bidirectional",
+              "does not combine with subword_dropout (which re-segments the one-direction split each epoch)")
         check(self.bleu_sentences >= 0, "bleu_sentences", f"must be non-negative, got {self.bleu_sentences}")
         for key in ("threads", "max_epochs", "save_every_steps", "patience"):
             value = getattr(self, key)

@@ -29,6 +29,7 @@ from safetensors.torch import load_file
 
 from ..config import ConfigError, to_toml_text
 from ..data.batching import TokenBatches
+from ..data.bidirectional import BothDirections
 from ..data.subword_dropout import SampledSplit
 from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
@@ -91,6 +92,16 @@ class Trainer:
                                mutual_alpha=cfg.mutual_alpha)
         self.batches = TokenBatches(data.split(cfg.train_split), cfg.max_tokens, seed=cfg.seed, shuffle=True,
                                     rank=self.ctx.rank, world_size=self.ctx.world_size)
+        self.forward_batches, self.both_batches = self.batches, None  # BiT: the doubled split's batches
+        if cfg.bidirectional > 0:
+            if not data.vocabs.shared:
+                raise ConfigError(f"key 'bidirectional': {cfg.data} has separate source and target vocabularies; "
+                                  "training on reversed pairs needs one shared vocabulary (prepare without "
+                                  "--separate-vocab), or set bidirectional = 0")
+            self.both_batches = TokenBatches(BothDirections(data.split(cfg.train_split)), cfg.max_tokens,
+                                             seed=cfg.seed, shuffle=True, rank=self.ctx.rank,
+                                             world_size=self.ctx.world_size)
+        self.both_epochs = 0  # BiT: epochs 1..both_epochs were trained in both directions
         self.valid = data.split(cfg.valid_split) if has_split(data, cfg.valid_split) else None
         # progress, all of it in checkpoints
         self.step, self.epoch, self.index, self.elapsed = 0, 1, 0, 0.0
@@ -133,6 +144,7 @@ class Trainer:
         self.elapsed, self.best = state["elapsed_s"], state["best"]
         self.nonfinite_run, self.nonfinite_total = state["nonfinite_run"], state["nonfinite_total"]
         self.bad_validations = state["bad_validations"]
+        self.both_epochs = state.get("both_epochs", 0)
         if state.get("subwords_epoch") is not None and (found[-1] / ckpt.SUBWORDS).is_file():
             self.resumed_subwords = (state["subwords_epoch"], load_file(str(found[-1] / ckpt.SUBWORDS)))
         if self.stepper.scaler is not None and state.get("scaler"):
@@ -147,7 +159,8 @@ class Trainer:
                 "bad_validations": self.bad_validations, "world_size": self.ctx.world_size,
                 "scaler": self.stepper.scaler.state_dict() if self.stepper.scaler is not None else None,
                 "train_config": self.cfg.to_dict(), "model_config": self.model_cfg.to_dict(),
-                "subwords_epoch": self._plan_epoch if self.sampled is not None else None}
+                "subwords_epoch": self._plan_epoch if self.sampled is not None else None,
+                "both_epochs": self.both_epochs}
 
     def save(self, name: str | None = None) -> Path | None:
         if not self.ctx.is_main:
@@ -178,8 +191,27 @@ class Trainer:
         if self._plan_epoch != self.epoch:
             if self.cfg.subword_dropout > 0:
                 self._segment(self.epoch)
+            if self.both_batches is not None:
+                self._choose_direction(self.epoch)
             self._plan_epoch, self._plan_cache = self.epoch, self.batches.indices(self.epoch)
         return self._plan_cache
+
+    def _choose_direction(self, epoch: int) -> None:
+        """BiT: epochs 1, 2, ... train in both directions while they start within the first
+        ``bidirectional`` of the budget; every later epoch on source→target alone. The decision uses the
+        ranks' shared elapsed time, and checkpoints keep it (``both_epochs``), so ranks and resumed runs agree."""
+        both = epoch <= self.both_epochs or (
+            epoch == self.both_epochs + 1 and self.progress() < self.cfg.bidirectional)
+        batches = self.both_batches if both else self.forward_batches
+        if self.log is not None and (batches is not self.batches or self._plan_epoch is None):
+            split = batches.split
+            self.log.message(f"epoch {epoch} (update {self.step}, {self.progress():.1%} of the budget): "
+                             + (f"both directions, {len(split):,} pairs (train.bidirectional = "
+                                f"{self.cfg.bidirectional})" if both else
+                                f"source -> target only from here, {len(split):,} pairs"))
+        if both:
+            self.both_epochs = epoch
+        self.batches = batches
 
     def _segment(self, epoch: int) -> None:
         """BPE-dropout: batches of ``epoch``'s segmentation, sampled on rank 0 and broadcast (or the one a
