@@ -255,3 +255,19 @@ def test_bpe_dropout_trains_and_a_resumed_run_finishes_the_epoch_on_the_stored_s
     train_in_process(split, resume=True, overrides=["max_steps=8"])
     ref, got = (load_file(str(tmp_path / run / "checkpoints/step_00000008/model.safetensors")) for run in "ab")
     assert all(torch.equal(ref[k], got[k]) for k in ref)
+
+
+def test_the_training_bench_times_a_preset_with_model_keys_over_it(data_dir, capsys):
+    from transduce.config import ConfigError
+    from transduce.train import bench
+
+    threads = torch.get_num_threads()
+    try:
+        bench.main([str(data_dir), "--preset", "tiny", "--set", "d_model=32", "--set", "model.d_ff=48",
+                    "--dtype", "fp32", "--threads", "1", "--max-tokens", "300", "--steps", "2", "--warmup", "1"])
+        line = capsys.readouterr().out.strip().splitlines()[-1]
+        assert line.startswith("tiny d_model=32 d_ff=48 fp32 threads=1") and "2 updates" in line
+        with pytest.raises(ConfigError, match="d_modle"):
+            bench.main([str(data_dir), "--preset", "tiny", "--set", "d_modle=32"])
+    finally:
+        torch.set_num_threads(threads)

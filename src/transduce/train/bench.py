@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from ..config import parse_override
 from ..data import PreparedData
 from ..data.batching import TokenBatches
 from ..model import ModelConfig, Transformer
@@ -24,6 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("data")
     p.add_argument("--preset", default="small")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="model_set",
+                   help="a [model] key over the preset, e.g. --set d_model=256 (repeatable)")
     p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=4096)
@@ -43,7 +46,9 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     data = PreparedData.open(args.data)
-    cfg = ModelConfig.preset(args.preset, vocab_size=len(data.vocabs.src),
+    shape = dict(parse_override(text) for text in args.model_set)
+    shape = {key.removeprefix("model."): value for key, value in shape.items()}
+    cfg = ModelConfig.preset(args.preset, vocab_size=len(data.vocabs.src), **shape,
                              **({} if data.vocabs.shared else {"tgt_vocab_size": len(data.vocabs.tgt),
                                                                 "tie_embeddings": "target"}))
     model = Transformer(cfg).train()
@@ -77,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
             tokens += stepper.update([batch], 100 + i).tokens
             seconds += time.perf_counter() - start
             cpu += time.process_time() - start_cpu
-        print(f"{args.preset} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}"
+        print(f"{args.preset}{''.join(f' {k}={v}' for k, v in shape.items())} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}"
               f"{f' pass {number}/{args.passes}' if args.passes > 1 else ''}: "
               f"{tokens / seconds:.0f} target tokens/s wall, {tokens / cpu * args.threads:.0f} per {args.threads} "
               f"CPU-seconds ({len(timed)} updates of ~{tokens // len(timed)} tokens, {seconds:.1f} s; "
