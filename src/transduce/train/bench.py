@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
             tokens += stepper.update([batch], 100 + i).tokens
             seconds += time.perf_counter() - start
             cpu += time.process_time() - start_cpu
-        print(f"{args.preset}{''.join(f' {k}={v}' for k, v in shape.items())} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}"
+        name = args.preset + "".join(f" {key}={value}" for key, value in shape.items())
+        print(f"{name} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}"
               f"{f' pass {number}/{args.passes}' if args.passes > 1 else ''}: "
               f"{tokens / seconds:.0f} target tokens/s wall, {tokens / cpu * args.threads:.0f} per {args.threads} "
               f"CPU-seconds ({len(timed)} updates of ~{tokens // len(timed)} tokens, {seconds:.1f} s; "
