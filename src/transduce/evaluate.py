@@ -24,6 +24,7 @@ import sacrebleu
 from sacremoses import MosesTokenizer
 
 from .decode import DTYPES
+from .decode import mbr
 from .decode.native_help import NATIVE_HELP
 
 
@@ -83,6 +84,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-len-a", type=float, default=1.0)
     p.add_argument("--max-len-b", type=int, default=50)
     p.add_argument("--batch-tokens", type=int, default=4096)
+    mbr.add_arguments(p)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", choices=DTYPES, default="fp32")
     p.add_argument("--native", action="store_true", help=NATIVE_HELP)
@@ -113,7 +115,8 @@ def run(args) -> int:
             raise ValueError(f"{args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
         translator = load(args.model, args.device, args.dtype, native=args.native)
         result = evaluate_model(translator, src, refs, args.lang, beam=args.beam, alpha=args.alpha,
-                                max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_tokens=args.batch_tokens)
+                                max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_tokens=args.batch_tokens,
+                                mbr=mbr.from_args(args))
         hyps = result.pop("hypotheses")
         if args.output:
             Path(args.output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")

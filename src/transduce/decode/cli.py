@@ -6,7 +6,8 @@
 With ``--nbest N`` (N > 1) each input line gives N lines in the Moses n-best format
 ``LINE ||| translation ||| score`` (LINE counts from 0; an empty input line has one empty
 hypothesis); ``--scores`` prefixes each
-1-best line with its score and a tab.
+1-best line with its score and a tab. ``--mbr N`` outputs, for each line, the one of the beam's N
+best that the others agree with most (minimum Bayes risk, :mod:`~transduce.decode.mbr`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from . import mbr as mbr_
 from .native_help import NATIVE_HELP
 from .search import SampleConfig
 from .translator import DTYPES
@@ -36,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     search.add_argument("--max-len-b", type=int, default=50)
     search.add_argument("--nbest", type=int, default=1, help="print the N best hypotheses (Moses n-best format)")
     search.add_argument("--scores", action="store_true", help="prefix each line with its score and a tab")
+    mbr_.add_arguments(search)
     sample = p.add_argument_group("sampling (instead of search)")
     sample.add_argument("--sample", action="store_true", help="sample tokens instead of searching")
     sample.add_argument("--temperature", type=float, default=1.0)
@@ -76,9 +79,12 @@ def _options(args) -> dict:
     sample = SampleConfig(args.temperature, args.top_k, args.top_p, args.seed) if args.sample else None
     if args.nbest > args.beam and not args.sample:
         raise ValueError(f"--nbest {args.nbest} needs --beam of at least {args.nbest}")
+    mbr = mbr_.from_args(args)
+    if mbr is not None and (args.nbest > 1 or args.sample):
+        raise ValueError("--mbr chooses one translation from the beam: it goes with neither --nbest nor --sample")
     return dict(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                 nbest=args.nbest, sample=sample, batch_tokens=args.batch_tokens, batch_size=args.batch_size,
-                truncate=not args.no_truncate, return_scores=True)
+                truncate=not args.no_truncate, return_scores=True, mbr=mbr)
 
 
 def format_results(results: list, nbest: int, scores: bool, first_line: int = 0) -> list[str]:

@@ -21,6 +21,7 @@ import torch
 
 from ..data.vocab import Vocabs
 from . import DTYPES
+from .mbr import MBRConfig, choose
 from .search import Hypothesis, SampleConfig, beam_search, greedy
 
 PAD_MULTIPLE = 8
@@ -122,17 +123,25 @@ class Translator:
     def translate(self, sentences: list[str], beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
                   max_len_b: int = 50, nbest: int = 1, sample: SampleConfig | None = None,
                   batch_tokens: int = 4096, batch_size: int | None = None, sort: bool = True,
-                  truncate: bool = True, return_scores: bool = False) -> list:
+                  truncate: bool = True, return_scores: bool = False, mbr: MBRConfig | None = None) -> list:
         """Translate ``sentences`` (one per item); results come back in input order.
 
         Returns ``list[str]``; with ``nbest > 1`` a list of n-best lists; with
         ``return_scores`` :class:`Translation` objects instead of strings. ``beam=1`` or
         ``sample`` use single-hypothesis decoding. An empty (or blank) line gives "".
+        ``mbr`` picks each output from the beam's ``mbr.candidates`` best by minimum Bayes
+        risk (:mod:`~transduce.decode.mbr`) instead of taking the first.
         """
         if beam < 1:
             raise ValueError(f"beam must be at least 1, got {beam}")
         if sample is not None and nbest != 1:
             raise ValueError("sampling gives one output per line; use nbest=1")
+        if mbr is not None:
+            if sample is not None or nbest != 1:
+                raise ValueError("MBR chooses one output per line from the beam: no sampling, nbest=1")
+            if mbr.candidates > beam:
+                raise ValueError(f"MBR over {mbr.candidates} candidates needs a beam of at least that, got {beam}")
+            nbest = mbr.candidates
         sources = self.encode_sources(sentences, truncate)
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in sentences]
         for index in self.batches(sources, batch_tokens, batch_size, sort):
@@ -144,8 +153,14 @@ class Translator:
                 hyps = beam_search(self.model, src, beam, alpha, max_len_a, max_len_b, nbest)
             for i, h in zip(index, hyps):
                 results[i] = h
+        if mbr is not None:
+            results = [[hyps[self._mbr_pick(hyps, mbr)]] for hyps in results]
+            nbest = 1
         out = [[self._wrap(h, return_scores) for h in hyps] for hyps in results]
         return [o[0] for o in out] if nbest == 1 else out
+
+    def _mbr_pick(self, hyps: list[Hypothesis], mbr: MBRConfig) -> int:
+        return choose([self.vocabs.tgt.decode(h.tokens) for h in hyps], [h.logprob for h in hyps], mbr)
 
     def _wrap(self, hyp: Hypothesis, scores: bool):
         text = self.vocabs.tgt.decode(hyp.tokens)
