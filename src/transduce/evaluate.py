@@ -23,8 +23,7 @@ from pathlib import Path
 import sacrebleu
 from sacremoses import MosesTokenizer
 
-from .decode import DTYPES
-from .decode import mbr
+from .decode import DTYPES, mbr
 from .decode.native_help import NATIVE_HELP
 
 
