@@ -124,6 +124,9 @@ def test_recipe_rejects_unknown_keys_and_bad_values(raw, tmp_path):
         load_recipe(path, ["evaluate.alpha=[]"])
     with pytest.raises(ConfigError, match="vocab_sise"):
         load_recipe(path, ["prepare.vocab_sise=10"])
+    for bad in ("[]", "[5, 5]", "-1", "[3, -2]", "2.5", "[5, 2.5]"):
+        with pytest.raises(ConfigError, match="'last'"):
+            load_recipe(path, [f"average.last={bad}"])
 
 
 def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(raw, tmp_path):
@@ -137,3 +140,11 @@ def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(ra
     assert again["decode"]["alpha"] == 1.0 and again["decode"]["beam"] == 1
     assert "alpha_sweep_valid_bleu" not in again
     assert json.loads((out / "results.json").read_text())["decode"]["beam"] == 1
+    # several averaging windows: each is a candidate on valid; one larger than the checkpoints kept is capped
+    kept = len(list((out / "run" / "checkpoints").glob("step_*")))
+    windows = run_recipe(load_recipe(path, [f"average.last=[2, {kept + 5}, 3]"]), evaluate_only=True)
+    assert windows["averaged_checkpoints"] == [2, kept, 3]
+    assert list(windows["scores"]) == ["final", "averaged 2", f"averaged {kept}", "averaged 3"]
+    assert all((out / f"averaged-{n}" / "model.safetensors").is_file() for n in (2, 3, kept))
+    valid = {name: s["valid"]["bleu"] for name, s in windows["scores"].items()}
+    assert valid[windows["chosen"]] == max(valid.values()) and "test" in windows["scores"][windows["chosen"]]

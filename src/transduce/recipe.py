@@ -5,15 +5,16 @@
     [prepare]   corpus, src, tgt, raw | download, vocab_size ... (the flags of `transduce prepare`)
     [train]     TrainConfig keys (data and out are filled in from the recipe)
     [model]     ModelConfig keys or a preset
-    [average]   last = 5                           # the paper averages the last 5 (base) / 20 (big)
+    [average]   last = 5                           # the paper averages the last 5 (base) / 20 (big);
+                                                   # a list, e.g. [5, 10]: each window is a candidate
     [evaluate]  splits, beam, alpha, ...
 
-``--set section.key=value`` overrides any key. The averaged model and the trainer's own final model
-(the best validated weights, the last update's included) are both scored on the validation split, with
-each length penalty α listed in [evaluate] alpha; after a mutual-learning run (``train.mutual_alpha``) so are
-the ensembles of its two models, final and averaged. The best model and α are the recipe's, and only they
-are scored on the test splits (the choice never looks at test data). Results go to OUT/results.json and
-are printed as a table.
+``--set section.key=value`` overrides any key. The averaged model (one per window in [average] last) and
+the trainer's own final model (the best validated weights, the last update's included) are all scored on
+the validation split, with each length penalty α listed in [evaluate] alpha; after a mutual-learning run
+(``train.mutual_alpha``) so are the ensembles of its two models, final and averaged. The best model and
+α are the recipe's, and only they are scored on the test splits (the choice never looks at test data).
+Results go to OUT/results.json and are printed as a table.
 """
 
 from __future__ import annotations
@@ -85,10 +86,14 @@ class PrepareSection:
 
 @dataclass
 class AverageSection:
-    last: int = 5
+    last: int | list[int] = 5  # a list: each window is averaged and scored on valid, with the final model
 
     def __post_init__(self) -> None:
-        check(self.last >= 0, "last", f"must be non-negative (0 = no averaging), got {self.last}")
+        lasts = self.last if isinstance(self.last, list) else [self.last]
+        check(len(lasts) > 0 and all(type(n) is int and n >= 0 for n in lasts), "last",
+              f"must be a non-negative number (0 = no averaging) or a non-empty list of them, got {self.last}")
+        check(len(set(lasts)) == len(lasts), "last", f"lists a window twice: {self.last}")
+        self.lasts = lasts
 
 
 @dataclass
@@ -231,19 +236,25 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     candidates = {"final": [run / "model"]}  # name -> model directories (more than one: an ensemble)
     peer = (run / "peer-model").is_dir()  # a mutual-learning run: its two models are also tried as an ensemble
     available = len(list_checkpoints(run / "checkpoints"))
-    last = min(recipe.average.last, available)
-    if last < recipe.average.last:
-        print(f"only {available} checkpoints were written; averaging {last}, not {recipe.average.last}")
-    results["averaged_checkpoints"] = last if last > 1 else 0
-    if last > 1:
+    windows = []  # the distinct windows that can be averaged, each at most the checkpoints there are
+    for wanted in recipe.average.lasts:
+        last = min(wanted, available)
+        if last < wanted:
+            print(f"only {available} checkpoints were written; averaging {last}, not {wanted}")
+        if last > 1 and last not in windows:
+            windows.append(last)
+    one = len(recipe.average.lasts) == 1  # one window keeps the plain names: "averaged", OUT/averaged
+    results["averaged_checkpoints"] = (windows[0] if windows else 0) if one else windows
+    names = {last: ("averaged", "averaged") if one else (f"averaged {last}", f"averaged-{last}") for last in windows}
+    for last, (name, folder) in names.items():
         _stage("average", f"transduce average {run} --last {last}")
-        candidates["averaged"] = [average(run, last, recipe.out / "averaged")]
+        candidates[name] = [average(run, last, recipe.out / folder)]
     if peer:
         candidates["final pair"] = [run / "model", run / "peer-model"]
-        if last > 1:
+        for last, (name, folder) in names.items():
             _stage("average", f"transduce average {run} --last {last} --peer")
-            candidates["averaged pair"] = [candidates["averaged"][0],
-                                           average(run, last, recipe.out / "averaged-peer", peer=True)]
+            candidates[f"{name} pair"] = [candidates[name][0],
+                                          average(run, last, recipe.out / f"{folder}-peer", peer=True)]
 
     data = PreparedData.open(recipe.data_dir)
     ev = recipe.evaluate
