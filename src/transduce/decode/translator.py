@@ -143,9 +143,22 @@ class Translator:
                 raise ValueError(f"MBR over {mbr.candidates} candidates needs a beam of at least that, got {beam}")
             nbest = mbr.candidates
         sources = self.encode_sources(sentences, truncate)
-        results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in sentences]
+        results = self.search(sources, beam, alpha, max_len_a, max_len_b, nbest, sample, batch_tokens,
+                              batch_size, sort)
+        if mbr is not None:
+            results = [[hyps[self._mbr_pick(hyps, mbr)]] for hyps in results]
+            nbest = 1
+        out = [[self._wrap(h, return_scores) for h in hyps] for hyps in results]
+        return [o[0] for o in out] if nbest == 1 else out
+
+    def search(self, sources: list[list[int] | None], beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
+               max_len_b: int = 50, nbest: int = 1, sample: SampleConfig | None = None, batch_tokens: int = 4096,
+               batch_size: int | None = None, sort: bool = True) -> list[list[Hypothesis]]:
+        """The n-best hypotheses (target ids) of each source (ids + eos, or None: an empty hypothesis),
+        in input order; what :meth:`translate` runs between encoding and detokenising."""
+        results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in sources]
         for index in self.batches(sources, batch_tokens, batch_size, sort):
-            src = self.tensor([sources[i] for i in index])
+            src = self.tensor([sources[i] for i in index])  # (B, width)
             if beam == 1 or sample is not None:
                 seeds = [sample.seed + i for i in index] if sample is not None else None
                 hyps = [[h] for h in greedy(self.model, src, alpha, max_len_a, max_len_b, sample, seeds)]
@@ -153,11 +166,7 @@ class Translator:
                 hyps = beam_search(self.model, src, beam, alpha, max_len_a, max_len_b, nbest)
             for i, h in zip(index, hyps):
                 results[i] = h
-        if mbr is not None:
-            results = [[hyps[self._mbr_pick(hyps, mbr)]] for hyps in results]
-            nbest = 1
-        out = [[self._wrap(h, return_scores) for h in hyps] for hyps in results]
-        return [o[0] for o in out] if nbest == 1 else out
+        return results
 
     def _mbr_pick(self, hyps: list[Hypothesis], mbr: MBRConfig) -> int:
         return choose([self.vocabs.tgt.decode(h.tokens) for h in hyps], [h.logprob for h in hyps], mbr)

@@ -52,6 +52,9 @@ class TrainConfig:
     # BiT (data/bidirectional.py): epochs that start within this fraction of the budget train on every pair in
     # both directions (needs a shared vocabulary), later epochs on source -> target alone; 0 = off
     bidirectional: float = 0.0
+    # data diversification (train/diversify.py): at BiT's switch the model translates the training split, and
+    # later epochs add (x, f(x)) pairs ("forward"), (b(y), y) pairs ("back") or both; "off" = the split alone
+    diversify: Literal["off", "both", "forward", "back"] = "off"
     rdrop_alpha: float = 0.0  # R-Drop: each batch twice (two dropout masks), + alpha x their symmetric KL; 0 = off
     # mutual learning: two models (RUN_DIR/model and RUN_DIR/peer-model) trained side by side on each batch, each
     # with its smoothed loss, + alpha x their symmetric KL; decoded as an ensemble; 0 = off (one model)
@@ -113,6 +116,8 @@ class TrainConfig:
               f"must be a fraction of the budget in [0, 1) (0 = off), got {self.bidirectional}")
         check(not (self.bidirectional > 0 and self.subword_dropout > 0), "bidirectional",
               "does not combine with subword_dropout (which re-segments the one-direction split each epoch)")
+        check(self.diversify == "off" or self.bidirectional > 0, "diversify",
+              f"{self.diversify!r} translates with the model BiT trained both ways: set bidirectional > 0 too")
         check(self.bleu_sentences >= 0, "bleu_sentences", f"must be non-negative, got {self.bleu_sentences}")
         for key in ("threads", "max_epochs", "save_every_steps", "patience"):
             value = getattr(self, key)

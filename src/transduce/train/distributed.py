@@ -75,3 +75,12 @@ def broadcast(obj, ctx: Dist):
     box = [obj if ctx.is_main else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def gather(obj, ctx: Dist) -> list:
+    """Every rank's ``obj`` (picklable), in rank order, on every rank (``[obj]`` with one rank)."""
+    if not ctx.enabled:
+        return [obj]
+    box = [None] * ctx.world_size
+    dist.all_gather_object(box, obj)
+    return box

@@ -30,10 +30,12 @@ from safetensors.torch import load_file
 from ..config import ConfigError, to_toml_text
 from ..data.batching import TokenBatches
 from ..data.bidirectional import BothDirections
+from ..data.diversified import Diversified
 from ..data.subword_dropout import SampledSplit
 from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
 from . import checkpoint as ckpt
+from . import diversify
 from .config import TrainConfig
 from .distributed import Dist, all_sum, broadcast, setup, teardown
 from .dropout import DropoutRamp, use_fast_dropout
@@ -102,6 +104,7 @@ class Trainer:
                                              seed=cfg.seed, shuffle=True, rank=self.ctx.rank,
                                              world_size=self.ctx.world_size)
         self.both_epochs = 0  # BiT: epochs 1..both_epochs were trained in both directions
+        self.diversified = False  # train.diversify: later epochs train on the split plus its made translations
         self.valid = data.split(cfg.valid_split) if has_split(data, cfg.valid_split) else None
         # progress, all of it in checkpoints
         self.step, self.epoch, self.index, self.elapsed = 0, 1, 0, 0.0
@@ -145,6 +148,9 @@ class Trainer:
         self.nonfinite_run, self.nonfinite_total = state["nonfinite_run"], state["nonfinite_total"]
         self.bad_validations = state["bad_validations"]
         self.both_epochs = state.get("both_epochs", 0)
+        if state.get("diversified"):
+            made = diversify.load(self.run_dir / diversify.FILE, len(self.data.split(self.cfg.train_split)))
+            self._use_diversified(made)
         if state.get("subwords_epoch") is not None and (found[-1] / ckpt.SUBWORDS).is_file():
             self.resumed_subwords = (state["subwords_epoch"], load_file(str(found[-1] / ckpt.SUBWORDS)))
         if self.stepper.scaler is not None and state.get("scaler"):
@@ -160,7 +166,7 @@ class Trainer:
                 "scaler": self.stepper.scaler.state_dict() if self.stepper.scaler is not None else None,
                 "train_config": self.cfg.to_dict(), "model_config": self.model_cfg.to_dict(),
                 "subwords_epoch": self._plan_epoch if self.sampled is not None else None,
-                "both_epochs": self.both_epochs}
+                "both_epochs": self.both_epochs, "diversified": self.diversified}
 
     def save(self, name: str | None = None) -> Path | None:
         if not self.ctx.is_main:
@@ -202,6 +208,8 @@ class Trainer:
         ranks' shared elapsed time, and checkpoints keep it (``both_epochs``), so ranks and resumed runs agree."""
         both = epoch <= self.both_epochs or (
             epoch == self.both_epochs + 1 and self.progress() < self.cfg.bidirectional)
+        if not both and self.cfg.diversify != "off" and not self.diversified:
+            self._diversify()
         batches = self.both_batches if both else self.forward_batches
         if self.log is not None and (batches is not self.batches or self._plan_epoch is None):
             split = batches.split
@@ -212,6 +220,29 @@ class Trainer:
         if both:
             self.both_epochs = epoch
         self.batches = batches
+
+    def _diversify(self) -> None:
+        """Data diversification at the switch: translate the training split both ways with the current
+        model (every rank its share), store it, and train on it from here (train/diversify.py)."""
+        split, start = self.data.split(self.cfg.train_split), time.perf_counter()
+        made = diversify.self_translate(self.model, split, self.cfg.diversify, self.ctx, self.cfg.dtype,
+                                        self.device)
+        if self.ctx.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            diversify.save(self.run_dir / diversify.FILE, made)
+        self._use_diversified(made)
+        if self.log is not None:
+            dropped = {part: len(split) - kept for part, kept in self.forward_batches.split.kept.items()}
+            self.log.message(f"update {self.step}: the model translated the {len(split):,} training pairs "
+                             f"({self.cfg.diversify}) in {time.perf_counter() - start:.0f} s; left out as empty "
+                             f"or unfinished: " + ", ".join(f"{part} {n:,}" for part, n in dropped.items())
+                             + f" (train.diversify, stored in {self.run_dir / diversify.FILE})")
+
+    def _use_diversified(self, made: dict) -> None:
+        split = Diversified(self.data.split(self.cfg.train_split), made["forward"], made["backward"])
+        self.forward_batches = TokenBatches(split, self.cfg.max_tokens, seed=self.cfg.seed, shuffle=True,
+                                            rank=self.ctx.rank, world_size=self.ctx.world_size)
+        self.diversified = True
 
     def _segment(self, epoch: int) -> None:
         """BPE-dropout: batches of ``epoch``'s segmentation, sampled on rank 0 and broadcast (or the one a
