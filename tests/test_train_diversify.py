@@ -74,7 +74,8 @@ def test_greedy_outputs_are_ids_and_unfinished_ones_are_left_out(data_dir):  # n
     model = Transformer(model_config({"preset": "tiny"}, data.vocabs, "test"))
     split = data.split("train")
     sources = [split.src[i].tolist() for i in range(16)]
-    out = diversify.translate_ids(model, sources, model.config.eos_id, "fp32", torch.device("cpu"))
+    decoder = diversify.decoding_copy(model, "fp32")
+    out = diversify.translate_ids(decoder, sources, model.config.eos_id, torch.device("cpu"))
     assert len(out) == 16 and model.training  # the copy decodes; the training model stays in train mode
     # an untrained model babbles: whatever it ends is kept, whatever reaches the length limit is not
     for src, ids in zip(sources, out):
@@ -119,7 +120,7 @@ def gather_worker(rank: int, port: int, data_dir, out) -> None:  # noqa: F811
         torch.manual_seed(0)
         model = Transformer(model_config({"preset": "tiny"}, data.vocabs, "test"))
         # a stand-in translator that says which rank translated each sentence: the gather must put it back
-        diversify.translate_ids = lambda m, sources, eos, dtype, device: [[rank + 10] + s[::-1] for s in sources]
+        diversify.translate_ids = lambda m, sources, eos, device: [[rank + 10] + s[::-1] for s in sources]
         made = diversify.self_translate(model, data.split("train"), "both", Dist(rank, 2), "fp32",
                                         torch.device("cpu"))
         out.put((rank, made))

@@ -18,11 +18,10 @@ import copy
 import os
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..data.dataset import ParallelIds
+from ..data.dataset import ParallelIds, TokenArray
 from ..decode.translator import Translator
 from .distributed import Dist, gather
 
@@ -32,13 +31,16 @@ FILE = "diversified.safetensors"
 PARTS = {"both": ("forward", "backward"), "forward": ("forward",), "back": ("backward",)}  # train.diversify
 
 
-def translate_ids(model: torch.nn.Module, sources: list[list[int]], eos_id: int, dtype: str,
-                  device: torch.device) -> list[list[int] | None]:
-    """Greedy translations of ``sources`` (ids without eos) by a bf16/fp32 copy of ``model``;
-    None for an empty one or one cut at the length limit."""
+def decoding_copy(model: torch.nn.Module, dtype: str) -> torch.nn.Module:
+    """An eval-mode copy of ``model`` to translate with (bf16 when training is), leaving it untouched."""
     decoder = copy.deepcopy(model).eval()
-    if dtype == "bf16":
-        decoder = decoder.to(torch.bfloat16)
+    return decoder.to(torch.bfloat16) if dtype == "bf16" else decoder
+
+
+def translate_ids(decoder: torch.nn.Module, sources: list[list[int]], eos_id: int,
+                  device: torch.device) -> list[list[int] | None]:
+    """Greedy translations of ``sources`` (ids without eos); None for an empty one or one cut at the
+    length limit."""
     translator = Translator(decoder, vocabs=None, device=device)
     hyps = translator.search([s + [eos_id] for s in sources], beam=1, max_len_a=MAX_LEN_A, max_len_b=MAX_LEN_B,
                              batch_tokens=BATCH_TOKENS)
@@ -53,13 +55,13 @@ def self_translate(model: torch.nn.Module, split: ParallelIds, parts: str, ctx: 
                    device: torch.device) -> dict[str, list[list[int] | None] | None]:
     """``{"forward": f(x) per pair or None, "backward": b(y) per pair or None}`` for ``parts`` in
     ``"both"``, ``"forward"``, ``"back"``; the same on every rank."""
-    eos = model.config.eos_id
+    eos, decoder = model.config.eos_id, decoding_copy(model, dtype)
     mine = list(range(ctx.rank, len(split), ctx.world_size))
     made: dict[str, list[list[int] | None] | None] = {"forward": None, "backward": None}
     for part, side in (("forward", split.src), ("backward", split.tgt)):
         if part not in PARTS[parts]:
             continue
-        outputs = translate_ids(model, [side[i].tolist() for i in mine], eos, dtype, device)
+        outputs = translate_ids(decoder, [side[i].tolist() for i in mine], eos, device)
         every: list[list[int] | None] = [None] * len(split)
         for rank, rank_outputs in enumerate(gather(outputs, ctx)):
             for i, ids in zip(range(rank, len(split), ctx.world_size), rank_outputs):
@@ -74,9 +76,8 @@ def save(path: Path, made: dict[str, list[list[int] | None] | None]) -> None:
     for part, outputs in made.items():
         if outputs is None:
             continue
-        lengths = [len(o) if o is not None else 0 for o in outputs]
-        tensors[f"{part}.ids"] = torch.tensor([i for o in outputs if o is not None for i in o], dtype=torch.int32)
-        tensors[f"{part}.offsets"] = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        arr = TokenArray.from_sentences([o if o is not None else [] for o in outputs])
+        tensors[f"{part}.ids"], tensors[f"{part}.offsets"] = torch.from_numpy(arr.ids), torch.from_numpy(arr.offsets)
         tensors[f"{part}.kept"] = torch.tensor([o is not None for o in outputs], dtype=torch.bool)
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp))
