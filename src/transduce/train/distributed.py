@@ -63,8 +63,14 @@ def all_sum(values: torch.Tensor, ctx: Dist) -> torch.Tensor:
     return values
 
 
-def teardown(ctx: Dist) -> None:
+def teardown(ctx: Dist, together: bool = True) -> None:
+    """Leave the process group. ``together``: first wait for every rank (a run that ended normally), so no
+    rank exits while another still works: a gloo rank that did (rank 0 writing the model directory) was
+    seen to abort at exit ("terminate called without an active exception"). A rank that failed leaves at
+    once; torchrun then stops the others."""
     if ctx.enabled and dist.is_initialized():
+        if together:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -12,6 +12,7 @@ GradScaler (CUDA only). A non-finite loss skips the update (all ranks agree: the
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 from dataclasses import dataclass
 
@@ -163,6 +164,11 @@ class Stepper:
         self.optimizer, self.schedule = optimizer, schedule
         self.device, self.dtype, self.ctx, self.clip_norm = device, dtype, ctx, clip_norm
         self.scaler = torch.amp.GradScaler("cuda") if dtype == "fp16" else None
+
+    def close(self) -> None:
+        """Drop the DistributedDataParallel wrapper, whose reducer holds the process group, before teardown."""
+        self.model = self.loss
+        gc.collect()
 
     def update(self, batches: list, step: int, progress: float = 0.0) -> UpdateStats:
         """Accumulate gradients over ``batches`` and take update number ``step`` (≥ 1) unless non-finite.

@@ -283,7 +283,7 @@ class Trainer:
                         "best checkpoint by validation loss")
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         start, last_save = time.perf_counter() - self.elapsed, time.perf_counter()
-        saved_step = self.step
+        saved_step, finished = self.step, False
         try:
             while self.step < cfg.max_steps and self.stop_reason is None:
                 batches = self.next_batches()
@@ -315,12 +315,15 @@ class Trainer:
             if self.step != saved_step:
                 self._validate_last(log, bleu)
                 self.save()
-            return self._finish(log)
+            out = self._finish(log)
+            finished = True
+            return out
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
             log.close()
-            teardown(self.ctx)
+            self.stepper.close()
+            teardown(self.ctx, together=finished)
 
     def _on_signal(self, signum, _frame) -> None:
         self.stop_reason = f"{signal.Signals(signum).name} received"
