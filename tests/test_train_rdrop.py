@@ -5,11 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from transduce.config import ConfigError
 from transduce.model import ModelConfig, Transformer
 from transduce.train import step as step_module
 from transduce.train.loss import ProjectedPairLoss, ProjectedSmoothedCrossEntropy, projected_rdrop_loss, rdrop_loss
 from transduce.train.schedule import Schedule
+from transduce.train.config import load_config
 from transduce.train.step import Stepper, resolve_dtype
+
+from test_train_run import data_dir, train_in_process, write_config  # noqa: F401
 
 
 def _inputs(seed=0, n=37, d=16, v=50):
@@ -92,3 +96,39 @@ def test_dtype_auto_picks_bf16_only_where_it_is_native(monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
     assert resolve_dtype("auto", "cpu")[0] == "bf16"
     assert step_module.native_bf16("cpu")[0]
+
+
+def test_rdrop_from_takes_plain_updates_until_its_fraction_then_rdrop_ones():
+    g = torch.Generator().manual_seed(4)
+    src = torch.randint(4, 40, (3, 7), generator=g)
+    tgt = torch.cat([torch.full((3, 1), 2), torch.randint(4, 40, (3, 6), generator=g)], 1)
+    batch = _Batch(src, tgt)
+    _, plain = _stepper(0.0, 0.3)
+    rdrop_model, rdrop = _stepper(5.0, 0.3)
+    held_model, held = _stepper(5.0, 0.3)
+    held.rdrop_from = 0.5
+    torch.manual_seed(7)
+    want = plain.update([batch], 1, progress=0.2)
+    torch.manual_seed(7)
+    got = held.update([batch], 1, progress=0.2)
+    assert held.loss.copies == 1 and (got.loss, got.nll, got.tokens) == (want.loss, want.nll, want.tokens)
+    rdrop_model.load_state_dict(held_model.state_dict())  # SGD keeps no state: the same starting point
+    torch.manual_seed(8)
+    want = rdrop.update([batch], 2, progress=0.5)
+    torch.manual_seed(8)
+    got = held.update([batch], 2, progress=0.5)  # from 0.5 on: two copies and the KL term
+    assert held.loss.copies == 2 and (got.loss, got.nll, got.tokens) == (want.loss, want.nll, want.tokens)
+    held_model.eval()
+    assert held.loss.copies == 1  # evaluation scores one copy either way
+
+
+def test_rdrop_from_is_checked_and_its_switch_is_logged(data_dir, tmp_path, capsys):  # noqa: F811
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", rdrop_alpha=1.0, rdrop_from=0.5)
+    with pytest.raises(ConfigError, match=r"key 'rdrop_from': must be a fraction of the budget in \[0, 1\)"):
+        load_config(config, ["rdrop_from=1.0"])
+    with pytest.raises(ConfigError, match="key 'rdrop_from'.*set rdrop_alpha > 0"):
+        load_config(config, ["rdrop_alpha=0.0"])
+    train_in_process(config)
+    out = capsys.readouterr().out
+    assert "R-Drop waits until 50% of the budget" in out
+    assert "update 5 (50.0% of the budget): R-Drop from here" in out  # 4 of 8 updates done

@@ -56,6 +56,9 @@ class TrainConfig:
     # later epochs add (x, f(x)) pairs ("forward"), (b(y), y) pairs ("back") or both; "off" = the split alone
     diversify: Literal["off", "both", "forward", "back"] = "off"
     rdrop_alpha: float = 0.0  # R-Drop: each batch twice (two dropout masks), + alpha x their symmetric KL; 0 = off
+    # R-Drop starts once this fraction of the budget is used; before, each batch once (half the compute per
+    # update, so twice the updates while the model still under-fits); 0 = from the start
+    rdrop_from: float = 0.0
     # mutual learning: two models (RUN_DIR/model and RUN_DIR/peer-model) trained side by side on each batch, each
     # with its smoothed loss, + alpha x their symmetric KL; decoded as an ensemble; 0 = off (one model)
     mutual_alpha: float = 0.0
@@ -106,6 +109,10 @@ class TrainConfig:
         if self.dropout_ramp is not None:
             self.dropout_ramp = [float(p) for p in self.dropout_ramp]
         check(self.rdrop_alpha >= 0, "rdrop_alpha", f"must be non-negative (0 = off), got {self.rdrop_alpha}")
+        check(0 <= self.rdrop_from < 1, "rdrop_from",
+              f"must be a fraction of the budget in [0, 1) (0 = from the start), got {self.rdrop_from}")
+        check(self.rdrop_from == 0 or self.rdrop_alpha > 0, "rdrop_from",
+              f"{self.rdrop_from} delays R-Drop, which is off: set rdrop_alpha > 0 too")
         check(self.mutual_alpha >= 0, "mutual_alpha", f"must be non-negative (0 = off), got {self.mutual_alpha}")
         check(not (self.mutual_alpha > 0 and self.rdrop_alpha > 0), "mutual_alpha",
               "does not combine with rdrop_alpha (both score two copies of each batch): set one of them to 0")

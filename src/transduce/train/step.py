@@ -107,6 +107,7 @@ class TrainingLoss(nn.Module):
             raise ValueError("R-Drop (rdrop_alpha) and mutual learning (mutual_alpha) do not combine: use one")
         self.model, self.device, self.dtype, self.epsilon, self.pad_id = model, device, dtype, epsilon, pad_id
         self.kernel, self.rdrop_alpha, self.peer, self.mutual_alpha = kernel, rdrop_alpha, peer, mutual_alpha
+        self.rdrop_on = True  # False while train.rdrop_from holds R-Drop back (Stepper.update sets it)
 
     @property
     def models(self) -> int:
@@ -116,7 +117,8 @@ class TrainingLoss(nn.Module):
     @property
     def copies(self) -> int:
         """How many times each target token is counted: 2 under R-Drop or mutual learning while training."""
-        return 2 if (self.rdrop_alpha > 0 or self.peer is not None) and self.model.training else 1
+        rdrop = self.rdrop_alpha > 0 and self.rdrop_on
+        return 2 if (rdrop or self.peer is not None) and self.model.training else 1
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor):
         labels = tgt[:, 1:]  # (B, T-1)
@@ -155,7 +157,7 @@ class Stepper:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *,
                  device: torch.device, dtype: str = "fp32", label_smoothing: float = 0.1, pad_id: int = 0,
                  clip_norm: float = 0.0, ctx: Dist = Dist(), kernel: str = "auto", rdrop_alpha: float = 0.0,
-                 peer: nn.Module | None = None, mutual_alpha: float = 0.0):
+                 peer: nn.Module | None = None, mutual_alpha: float = 0.0, rdrop_from: float = 0.0):
         if dtype == "fp16" and device.type != "cuda":
             raise ValueError("key 'dtype': 'fp16' needs a CUDA device (use 'bf16' on CPU)")
         self.loss = TrainingLoss(model, device, dtype, label_smoothing, pad_id, kernel, rdrop_alpha, peer,
@@ -164,6 +166,7 @@ class Stepper:
         self.optimizer, self.schedule = optimizer, schedule
         self.device, self.dtype, self.ctx, self.clip_norm = device, dtype, ctx, clip_norm
         self.scaler = torch.amp.GradScaler("cuda") if dtype == "fp16" else None
+        self.rdrop_from = rdrop_from
 
     def close(self) -> None:
         """Drop the DistributedDataParallel wrapper, whose reducer holds the process group, before teardown."""
@@ -175,6 +178,7 @@ class Stepper:
 
         ``progress`` is the fraction of the run's budget used before this update (for the ``linear`` schedule).
         """
+        self.loss.rdrop_on = progress >= self.rdrop_from
         local = sum(b.tgt_tokens for b in batches) * self.loss.copies  # two copies count each token twice
         total = int(all_sum(torch.tensor([float(local)], dtype=torch.float64, device=self.device), self.ctx).item())
         # each model's gradient is that of its own loss per token: with a peer, the summed loss holds two models'
