@@ -8,9 +8,9 @@ import torch
 from transduce.config import ConfigError
 from transduce.model import ModelConfig, Transformer
 from transduce.train import step as step_module
+from transduce.train.config import load_config
 from transduce.train.loss import ProjectedPairLoss, ProjectedSmoothedCrossEntropy, projected_rdrop_loss, rdrop_loss
 from transduce.train.schedule import Schedule
-from transduce.train.config import load_config
 from transduce.train.step import Stepper, resolve_dtype
 
 from test_train_run import data_dir, train_in_process, write_config  # noqa: F401
