@@ -141,10 +141,11 @@ def test_int8_step_approximates_fp32_as_closely_as_python_int8(tiny_model_dir):
     assert fast.int8
     src = torch.tensor([[5, 6, 7, 8, 3, 0, 0, 0], [9, 10, 11, 12, 13, 14, 15, 3],
                         [20, 21, 22, 3, 0, 0, 0, 0], [30, 31, 32, 33, 34, 35, 3, 0]])
-    ref = _step_log_probs(model, src, 5)
+    steps = 10  # 40 positions: the near-tie count depends on the CPU the tiny model trained on
+    ref = _step_log_probs(model, src, steps)
     feed = [lp.argmax(-1) for lp in ref]  # every decoder is fed fp32's greedy tokens
-    ours = _step_log_probs(fast, src, 5, feed)
-    python_int8 = _step_log_probs(load(tiny_model_dir, dtype="int8").model, src, 5, feed)
+    ours = _step_log_probs(fast, src, steps, feed)
+    python_int8 = _step_log_probs(load(tiny_model_dir, dtype="int8").model, src, steps, feed)
     ours_err = max((a - b).abs().max().item() for a, b in zip(ours, ref))
     python_err = max((a - b).abs().max().item() for a, b in zip(python_int8, ref))
     assert 0 < ours_err <= max(python_err, 0.05), (ours_err, python_err)
@@ -155,7 +156,7 @@ def test_int8_step_approximates_fp32_as_closely_as_python_int8(tiny_model_dir):
     # error both are allowed) may go either way for either int8 path, as the weights' last bits decide.
     bound = 2 * max(ours_err, python_err)
     clear = [lp.topk(2, dim=-1).values.diff(dim=-1).abs().squeeze(-1) > bound for lp in ref]  # (B,) per step
-    assert sum(int(c.sum()) for c in clear) >= 10  # of 20 (12 here): the check is not vacuous
+    assert sum(int(c.sum()) for c in clear) >= 10  # of 40 (24 on an AMD EPYC): the check is not vacuous
     agree = lambda lps: sum(a.argmax(-1).eq(b.argmax(-1))[c].sum().item() for a, b, c in zip(lps, ref, clear))
     assert agree(ours) >= agree(python_int8), (agree(ours), agree(python_int8))
 
