@@ -127,6 +127,12 @@ def test_recipe_rejects_unknown_keys_and_bad_values(raw, tmp_path):
     for bad in ("[]", "[5, 5]", "-1", "[3, -2]", "2.5", "[5, 2.5]"):
         with pytest.raises(ConfigError, match="'last'"):
             load_recipe(path, [f"average.last={bad}"])
+    for bad in ("0.5", "[-1.0]", "[1.0, 1.0]", '["a"]', "[true]"):
+        with pytest.raises(ConfigError, match="'channel_weights'"):
+            load_recipe(path, [f"evaluate.channel_weights={bad}"])
+    for bad in ("-1", "3"):  # beam 2
+        with pytest.raises(ConfigError, match="'channel_candidates'"):
+            load_recipe(path, [f"evaluate.channel_candidates={bad}"])
 
 
 def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(raw, tmp_path):
@@ -140,6 +146,9 @@ def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(ra
     assert again["decode"]["alpha"] == 1.0 and again["decode"]["beam"] == 1
     assert "alpha_sweep_valid_bleu" not in again
     assert json.loads((out / "results.json").read_text())["decode"]["beam"] == 1
+    # reranking needs the channel model that only a BiT run leaves
+    with pytest.raises(ConfigError, match="'channel_weights'.*bit-model"):
+        run_recipe(load_recipe(path, ["evaluate.channel_weights=[0.0, 1.0]"]), evaluate_only=True)
     # several averaging windows: each is a candidate on valid; one larger than the checkpoints kept is capped
     kept = len(list((out / "run" / "checkpoints").glob("step_*")))
     windows = run_recipe(load_recipe(path, [f"average.last=[2, {kept + 5}, 3]"]), evaluate_only=True)
@@ -148,3 +157,23 @@ def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(ra
     assert all((out / f"averaged-{n}" / "model.safetensors").is_file() for n in (2, 3, kept))
     valid = {name: s["valid"]["bleu"] for name, s in windows["scores"].items()}
     assert valid[windows["chosen"]] == max(valid.values()) and "test" in windows["scores"][windows["chosen"]]
+
+
+def test_a_bit_run_reranks_with_its_switch_snapshot_and_chooses_lambda_on_valid(raw, tmp_path):
+    out = tmp_path / "out"
+    # epochs of ~10 updates of 4,000 tokens: epoch 1 trains both ways, epoch 2 starts past half of 16 updates
+    overrides = ["train.bidirectional=0.5", "train.max_tokens=4000", "train.max_steps=16",
+                 "evaluate.channel_weights=[0.0, 0.5, 3.0]", "evaluate.alpha=0.6"]
+    saved = run_recipe(load_recipe(write_recipe(tmp_path / "r.toml", raw, out, 1), overrides))
+    assert (out / "run" / "bit-model" / "model.safetensors").is_file()
+    chosen = saved["chosen"]
+    sweep = saved["alpha_sweep_valid_bleu"][chosen]
+    assert set(sweep) == {"0.6, lambda 0.0", "0.6, lambda 0.5", "0.6, lambda 3.0"}
+    valid, test = saved["scores"][chosen]["valid"], saved["scores"][chosen]["test"]
+    assert sweep[f"0.6, lambda {valid['channel_weight']}"] == max(sweep.values()) == valid["bleu"]
+    assert test["channel_weight"] == valid["channel_weight"]
+    if valid["channel_weight"] > 0:  # the test split was decoded the same way, and the channel model kept
+        assert saved["decode"]["rerank"] == {"candidates": 2, "weight": valid["channel_weight"]}
+        assert (out / "channel-model" / "model.safetensors").is_file() and saved["channel"] == str(out / "channel-model")
+    else:
+        assert "rerank" not in saved["decode"] and not (out / "channel-model").exists()

@@ -17,6 +17,7 @@ from transduce.config import ConfigError
 from transduce.data import PreparedData
 from transduce.data.batching import TokenBatches
 from transduce.data.bidirectional import BothDirections
+from transduce.modeldir import read_model_config
 from transduce.train.config import load_config
 
 PAIRS = 200
@@ -78,6 +79,11 @@ def test_first_epochs_run_both_ways_then_forward_and_resume_agrees(data_dir, tmp
     assert trainer.both_epochs == 1 and trainer.epoch >= 2 and trainer.batches is trainer.forward_batches
     assert "epoch 1 (update 0, 0.0% of the budget): both directions, 400 pairs" in out
     assert "epoch 2 (update" in out and "source -> target only from here, 200 pairs" in out
+    # the weights at the switch are kept as a target->source model (the recipe's channel model)
+    switch = int(out.split("epoch 2 (update ")[1].split(",")[0])
+    assert f"update {switch}: saved the model at BiT's switch" in out
+    config, meta = read_model_config(tmp_path / "a" / "bit-model")
+    assert (meta["src_lang"], meta["tgt_lang"], meta["steps"]) == ("de", "en", switch)
     # stopped inside the both-ways epoch but past the fraction (update 14 of 40), then resumed to the same end:
     # the checkpoint's both_epochs keeps epoch 1 both ways, so the same batches and weights
     split = write_config(tmp_path / "b.toml", data_dir, tmp_path / "b", bidirectional=0.25, max_steps=14,
@@ -92,4 +98,5 @@ def test_first_epochs_run_both_ways_then_forward_and_resume_agrees(data_dir, tmp
 def test_off_by_default_the_run_never_sees_a_reversed_pair(data_dir, tmp_path, capsys):
     trainer = train_in_process(write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=3))
     assert trainer.both_batches is None and trainer.both_epochs == 0
+    assert not (tmp_path / "run" / "bit-model").exists()
     assert "both directions" not in "".join(capsys.readouterr())

@@ -13,7 +13,8 @@ from .modeldir import load_model_dir
 
 
 def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str = "fp32",
-         ensemble: list[str | Path] | tuple = (), native: bool = False) -> Translator:
+         ensemble: list[str | Path] | tuple = (), native: bool = False,
+         channel: str | Path | None = None) -> Translator:
     """Load a model directory (plus optional ``ensemble`` members) for translation.
 
     ``dtype`` is ``"fp32"``, ``"bf16"`` (weights and activations; scores are computed in fp32) or
@@ -23,6 +24,8 @@ def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str =
     overhead, built on first use; fp32 and bf16 give the same outputs as without it; int8 also runs the
     encoder and beam search's candidate selection in C++, in int8 kernels whose output does not depend
     on the batch); where it cannot, a warning says why.
+    ``channel`` is a target→source model directory with the same vocabulary, for noisy-channel reranking
+    (:mod:`transduce.decode.rerank`; ``translate(..., rerank=RerankConfig(...))``).
 
     >>> translator = load("runs/multi30k/model")            # doctest: +SKIP
     >>> translator.translate(["A dog runs."], beam=4)        # doctest: +SKIP
@@ -41,7 +44,13 @@ def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str =
     else:
         models = [for_decoding(m.eval(), dtype, torch.device(device)) for m in models]
     decoder = models[0] if len(models) == 1 else Ensemble(models)
-    return Translator(decoder, vocabs, device, meta)
+    reverse = None
+    if channel is not None:
+        reverse, v, _ = load_model_dir(channel, device)
+        if v.src.proto != vocabs.tgt.proto or v.tgt.proto != vocabs.src.proto:
+            raise ValueError(f"{channel}: the channel model's vocabularies are not {model_dir}'s, reversed")
+        reverse = for_decoding(reverse.eval(), "fp32" if dtype == "int8" else dtype, torch.device(device))
+    return Translator(decoder, vocabs, device, meta, channel=reverse)
 
 
 def _native(model, dtype: str, device: torch.device):

@@ -23,7 +23,7 @@ from pathlib import Path
 import sacrebleu
 from sacremoses import MosesTokenizer
 
-from .decode import DTYPES, mbr
+from .decode import DTYPES, mbr, rerank
 from .decode.native_help import NATIVE_HELP
 
 
@@ -62,7 +62,12 @@ def evaluate_model(translator, sources: list[str], refs: list[str], lang: str | 
     lang = lang or translator.meta.get("tgt_lang")
     if not lang:
         raise ValueError("the target language is unknown: give lang (--lang)")
-    hyps = translator.translate(sources, **decode)
+    return score_outputs(translator, translator.translate(sources, **decode), sources, refs, lang)
+
+
+def score_outputs(translator, hyps: list[str], sources: list[str], refs: list[str], lang: str) -> dict:
+    """:func:`score_translations` of ``hyps`` (``translator``'s outputs for ``sources``) plus the
+    reference perplexity under its model; the hypotheses are kept under ``"hypotheses"``."""
     result = score_translations(hyps, refs, lang)
     if hasattr(translator.model, "decode"):
         nll, count = translator.reference_nll(sources, refs)
@@ -84,6 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-len-b", type=int, default=50)
     p.add_argument("--batch-tokens", type=int, default=4096)
     mbr.add_arguments(p)
+    rerank.add_arguments(p)
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", choices=DTYPES, default="fp32")
     p.add_argument("--native", action="store_true", help=NATIVE_HELP)
@@ -112,10 +118,10 @@ def run(args) -> int:
         src = read_lines(args.src)
         if len(src) != len(refs):
             raise ValueError(f"{args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
-        translator = load(args.model, args.device, args.dtype, native=args.native)
+        translator = load(args.model, args.device, args.dtype, native=args.native, channel=args.channel)
         result = evaluate_model(translator, src, refs, args.lang, beam=args.beam, alpha=args.alpha,
                                 max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_tokens=args.batch_tokens,
-                                mbr=mbr.from_args(args))
+                                mbr=mbr.from_args(args), rerank=rerank.from_args(args))
         hyps = result.pop("hypotheses")
         if args.output:
             Path(args.output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")

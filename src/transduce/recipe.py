@@ -34,6 +34,7 @@ import torch
 
 from .config import ConfigError, build, check, parse_override, read_toml, to_toml_text
 from .decode import DTYPES
+from .decode.rerank import RerankConfig
 
 
 @dataclass
@@ -106,10 +107,23 @@ class EvaluateSection:
     max_len_b: int = 50
     dtype: str = "fp32"
     device: str = "cpu"  # "cuda", or "auto": cuda when available
+    # noisy-channel reranking (decode/rerank.py) with the run's BiT snapshot RUN/bit-model as the
+    # target→source model: each λ is tried on the validation split (0 = beam search's choice); [] = off
+    channel_weights: list[float] = field(default_factory=list)
+    channel_candidates: int = 0  # how many of the beam's best are rescored; 0: all of them (the beam size)
 
     def __post_init__(self) -> None:
         check(self.device in ("cpu", "cuda", "auto"), "device", f"must be cpu, cuda or auto, got {self.device!r}")
         check(self.beam >= 1, "beam", f"must be at least 1, got {self.beam}")
+        check(isinstance(self.channel_weights, list) and all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in self.channel_weights),
+            "channel_weights", f"must be a list of non-negative numbers, got {self.channel_weights}")
+        check(len(set(self.channel_weights)) == len(self.channel_weights), "channel_weights",
+              f"lists a weight twice: {self.channel_weights}")
+        self.channel_weights = [float(w) for w in self.channel_weights]
+        check(0 <= self.channel_candidates <= self.beam, "channel_candidates",
+              f"must be between 0 (the beam size) and beam ({self.beam}), got {self.channel_candidates}")
+        self.channel_candidates = self.channel_candidates or self.beam
         alphas = self.alpha if isinstance(self.alpha, list) else [self.alpha]
         check(len(alphas) > 0 and all(a >= 0 for a in alphas), "alpha",
               f"must be a non-negative number or a non-empty list of them, got {self.alpha}")
@@ -231,6 +245,7 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     from .evaluate import evaluate_model
     from .train.average import average
     from .train.checkpoint import list_checkpoints
+    from .train.trainer import BIT_MODEL
 
     run = recipe.out / "run"
     candidates = {"final": [run / "model"]}  # name -> model directories (more than one: an ensemble)
@@ -260,40 +275,88 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     ev = recipe.evaluate
     device = ("cuda" if torch.cuda.is_available() else "cpu") if ev.device == "auto" else ev.device
     base = dict(beam=ev.beam, max_len_a=ev.max_len_a, max_len_b=ev.max_len_b)
+    channel = run / BIT_MODEL if ev.channel_weights else None
+    if channel is not None and not channel.is_dir():
+        raise ConfigError(f"key 'channel_weights': reranking needs the run's BiT snapshot {channel}, which a run "
+                          "with train.bidirectional > 0 writes at its switch; set channel_weights = [] for this run")
     # lowercased outputs make cased sacreBLEU meaningless: choose them on tok-lc BLEU, the figure that applies
     metric = "tok_lc_bleu" if recipe.prepare.lowercase else "bleu"
     scores: dict[str, dict[str, Any]] = {}
     sweeps: dict[str, dict[str, float]] = {}
     translators = {}
     for name, directories in candidates.items():
-        translators[name] = load(directories[0], device=device, dtype=ev.dtype, ensemble=directories[1:])
-        tried = {}
+        translators[name] = load(directories[0], device=device, dtype=ev.dtype, ensemble=directories[1:],
+                                 channel=channel)
+        tried = {}  # (alpha, channel weight or None) -> scores on valid
         for alpha in ev.alphas:
-            _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {alpha})")
-            tried[alpha] = _score(evaluate_model, translators[name], data, ev.valid_split, {**base, "alpha": alpha})
-        best = max(tried, key=lambda a: tried[a][metric])  # the first of equals
-        scores[name] = {ev.valid_split: {**tried[best], "alpha": best}}
-        sweeps[name] = {str(a): tried[a][metric] for a in tried}
+            if channel is None:
+                _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {alpha})")
+                tried[alpha, None] = _score(evaluate_model, translators[name], data, ev.valid_split,
+                                            {**base, "alpha": alpha})
+                continue
+            _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {alpha}, the "
+                               f"{ev.channel_candidates} best reranked with {channel}, lambda in {ev.channel_weights})")
+            for weight, result in _score_reranked(translators[name], data, ev.valid_split, alpha, ev).items():
+                tried[alpha, weight] = result
+        best = max(tried, key=lambda k: tried[k][metric])  # the first of equals
+        scores[name] = {ev.valid_split: {**tried[best], **_setting(*best)}}
+        sweeps[name] = {_label(*k): tried[k][metric] for k in tried}
     chosen = max(scores, key=lambda n: scores[n][ev.valid_split][metric])
-    decode = {**base, "alpha": scores[chosen][ev.valid_split]["alpha"]}
+    setting = {k: scores[chosen][ev.valid_split][k] for k in ("alpha", "channel_weight")
+               if k in scores[chosen][ev.valid_split]}
+    decode = {**base, "alpha": setting["alpha"]}
+    if setting.get("channel_weight"):
+        decode["rerank"] = RerankConfig(ev.channel_candidates, setting["channel_weight"])
     results["chosen_by"] = metric
-    if len(ev.alphas) > 1:
+    if len(ev.alphas) > 1 or channel is not None:
         results["alpha_sweep_valid_bleu"] = sweeps
     translator = translators[chosen]
     for split in ev.test_splits:
         _stage("evaluate", f"{chosen} model on {split}")
         scores[chosen][split] = {**_score(evaluate_model, translator, data, split, decode, recipe.out / f"{split}.hyp"),
-                                 "alpha": decode["alpha"]}
-    targets = [recipe.out / "model", recipe.out / "peer-model"]
+                                 **setting}
+    targets = [recipe.out / "model", recipe.out / "peer-model", recipe.out / "channel-model"]
     for target in targets:  # a peer-model left by an earlier --evaluate-only choice goes too
         shutil.rmtree(target, ignore_errors=True)
     for source, target in zip(candidates[chosen], targets):
         shutil.copytree(source, target)
     model_dirs = targets[:len(candidates[chosen])]
-    results.update({"chosen": chosen, "model": str(model_dirs[0]), "scores": scores, "decode": decode,
+    results.update({"chosen": chosen, "model": str(model_dirs[0]), "scores": scores,
+                    "decode": {**decode, **({"rerank": vars(decode["rerank"])} if "rerank" in decode else {})},
                     "dtype": results.get("dtype", recipe.train.get("dtype", "fp32"))})
     if len(model_dirs) > 1:
         results["ensemble"] = [str(d) for d in model_dirs[1:]]
+    if "rerank" in decode:
+        shutil.copytree(channel, targets[2])
+        results["channel"] = str(targets[2])
+
+
+def _setting(alpha: float, weight: float | None) -> dict[str, float]:
+    return {"alpha": alpha} if weight is None else {"alpha": alpha, "channel_weight": weight}
+
+
+def _label(alpha: float, weight: float | None) -> str:
+    return str(alpha) if weight is None else f"{alpha}, lambda {weight}"
+
+
+def _score_reranked(translator, data, split: str, alpha: float, ev: EvaluateSection) -> dict[float, dict]:
+    """Scores on ``split`` for each λ in ``ev.channel_weights``, from one beam search and one channel scoring."""
+    from .decode.rerank import sweep
+    from .evaluate import score_outputs
+
+    ids = data.split(split)
+    sources = [ids.src_text(i) for i in range(len(ids))]
+    refs = [ids.tgt_text(i) for i in range(len(ids))]
+    start = time.perf_counter()
+    outputs = sweep(translator, sources, ev.channel_weights, ev.channel_candidates, ev.beam, alpha,
+                    ev.max_len_a, ev.max_len_b)
+    seconds = round(time.perf_counter() - start, 1)
+    out = {}
+    for weight, hyps in outputs.items():
+        result = score_outputs(translator, hyps, sources, refs, data.manifest["tgt_lang"])
+        result.pop("hypotheses")
+        out[weight] = {**{k: v for k, v in result.items() if not k.endswith("_detail")}, "decode_wall_s": seconds}
+    return out
 
 
 def _score(evaluate_model, translator, data, split: str, decode: dict, hyp_path: Path | None = None) -> dict:

@@ -5,9 +5,10 @@
 
 With ``--nbest N`` (N > 1) each input line gives N lines in the Moses n-best format
 ``LINE ||| translation ||| score`` (LINE counts from 0; an empty input line has one empty
-hypothesis); ``--scores`` prefixes each
-1-best line with its score and a tab. ``--mbr N`` outputs, for each line, the one of the beam's N
-best that the others agree with most (minimum Bayes risk, :mod:`~transduce.decode.mbr`).
+hypothesis); ``--scores`` prefixes each 1-best line with its score and a tab. ``--mbr N`` outputs,
+for each line, the one of the beam's N best that the others agree with most (minimum Bayes risk,
+:mod:`~transduce.decode.mbr`); ``--rerank N --channel DIR`` the one of them that a target→source
+model also scores well (noisy channel, :mod:`~transduce.decode.rerank`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import torch
 
 from . import mbr as mbr_
+from . import rerank as rerank_
 from .native_help import NATIVE_HELP
 from .search import SampleConfig
 from .translator import DTYPES
@@ -39,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     search.add_argument("--nbest", type=int, default=1, help="print the N best hypotheses (Moses n-best format)")
     search.add_argument("--scores", action="store_true", help="prefix each line with its score and a tab")
     mbr_.add_arguments(search)
+    rerank_.add_arguments(search)
     sample = p.add_argument_group("sampling (instead of search)")
     sample.add_argument("--sample", action="store_true", help="sample tokens instead of searching")
     sample.add_argument("--temperature", type=float, default=1.0)
@@ -82,9 +85,13 @@ def _options(args) -> dict:
     mbr = mbr_.from_args(args)
     if mbr is not None and (args.nbest > 1 or args.sample):
         raise ValueError("--mbr chooses one translation from the beam: it goes with neither --nbest nor --sample")
+    rerank = rerank_.from_args(args)
+    if rerank is not None and (args.nbest > 1 or args.sample or mbr is not None):
+        raise ValueError("--rerank chooses one translation from the beam: it goes with neither --nbest, "
+                         "--sample nor --mbr")
     return dict(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                 nbest=args.nbest, sample=sample, batch_tokens=args.batch_tokens, batch_size=args.batch_size,
-                truncate=not args.no_truncate, return_scores=True, mbr=mbr)
+                truncate=not args.no_truncate, return_scores=True, mbr=mbr, rerank=rerank)
 
 
 def format_results(results: list, nbest: int, scores: bool, first_line: int = 0) -> list[str]:
@@ -98,7 +105,7 @@ def run(args) -> int:
 
     options = _options(args)
     torch.set_num_threads(args.threads)
-    translator = load(args.model, args.device, args.dtype, args.ensemble, native=args.native)
+    translator = load(args.model, args.device, args.dtype, args.ensemble, native=args.native, channel=args.channel)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         if not args.files and sys.stdin.isatty():

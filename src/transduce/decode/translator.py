@@ -21,7 +21,9 @@ import torch
 
 from ..data.vocab import Vocabs
 from . import DTYPES
+from . import rerank as rerank_
 from .mbr import MBRConfig, choose
+from .rerank import RerankConfig
 from .search import Hypothesis, SampleConfig, beam_search, greedy
 
 PAD_MULTIPLE = 8
@@ -63,10 +65,12 @@ class Translation:
 class Translator:
     """Holds a decoder (a model or an :class:`~transduce.decode.ensemble.Ensemble`) and vocabularies."""
 
-    def __init__(self, model, vocabs: Vocabs, device: str | torch.device = "cpu", meta: dict | None = None):
+    def __init__(self, model, vocabs: Vocabs, device: str | torch.device = "cpu", meta: dict | None = None,
+                 channel=None):
         self.model, self.vocabs, self.device = model.eval(), vocabs, torch.device(device)
         self.config = model.config
         self.meta = meta or {}  # the model directory's [meta] (languages, provenance)
+        self.channel = channel.eval() if channel is not None else None  # target→source, for reranking
 
     # ---------------------------------------------------------------- inputs
     def encode_sources(self, sentences: list[str], truncate: bool = True) -> list[list[int] | None]:
@@ -123,14 +127,16 @@ class Translator:
     def translate(self, sentences: list[str], beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
                   max_len_b: int = 50, nbest: int = 1, sample: SampleConfig | None = None,
                   batch_tokens: int = 4096, batch_size: int | None = None, sort: bool = True,
-                  truncate: bool = True, return_scores: bool = False, mbr: MBRConfig | None = None) -> list:
+                  truncate: bool = True, return_scores: bool = False, mbr: MBRConfig | None = None,
+                  rerank: RerankConfig | None = None) -> list:
         """Translate ``sentences`` (one per item); results come back in input order.
 
         Returns ``list[str]``; with ``nbest > 1`` a list of n-best lists; with
         ``return_scores`` :class:`Translation` objects instead of strings. ``beam=1`` or
         ``sample`` use single-hypothesis decoding. An empty (or blank) line gives "".
         ``mbr`` picks each output from the beam's ``mbr.candidates`` best by minimum Bayes
-        risk (:mod:`~transduce.decode.mbr`) instead of taking the first.
+        risk (:mod:`~transduce.decode.mbr`) instead of taking the first; ``rerank`` picks it by the
+        direct score plus the channel model's (:mod:`~transduce.decode.rerank`).
         """
         if beam < 1:
             raise ValueError(f"beam must be at least 1, got {beam}")
@@ -142,11 +148,23 @@ class Translator:
             if mbr.candidates > beam:
                 raise ValueError(f"MBR over {mbr.candidates} candidates needs a beam of at least that, got {beam}")
             nbest = mbr.candidates
+        if rerank is not None:
+            if self.channel is None:
+                raise ValueError("reranking needs a channel model (target→source): load(..., channel=DIR)")
+            if sample is not None or nbest != 1 or mbr is not None:
+                raise ValueError("reranking chooses one output per line from the beam: no sampling, nbest=1, no MBR")
+            if rerank.candidates > beam:
+                raise ValueError(f"reranking {rerank.candidates} candidates needs a beam of at least that, got {beam}")
+            nbest = rerank.candidates
         sources = self.encode_sources(sentences, truncate)
         results = self.search(sources, beam, alpha, max_len_a, max_len_b, nbest, sample, batch_tokens,
                               batch_size, sort)
         if mbr is not None:
             results = [[hyps[self._mbr_pick(hyps, mbr)]] for hyps in results]
+            nbest = 1
+        if rerank is not None:
+            channel = self.channel_scores(sources, results, batch_tokens)
+            results = [[hyps[rerank_.choose(hyps, c, rerank.weight)]] for hyps, c in zip(results, channel)]
             nbest = 1
         out = [[self._wrap(h, return_scores) for h in hyps] for hyps in results]
         return [o[0] for o in out] if nbest == 1 else out
@@ -167,6 +185,11 @@ class Translator:
             for i, h in zip(index, hyps):
                 results[i] = h
         return results
+
+    def channel_scores(self, sources: list[list[int] | None], nbest: list[list[Hypothesis]],
+                       batch_tokens: int = 4096) -> list[list[float]]:
+        """log p(x | y) / (|x| + 1) under the channel model for each candidate y of each source x."""
+        return rerank_.channel_scores(self.channel, sources, nbest, batch_tokens, self.device)
 
     def _mbr_pick(self, hyps: list[Hypothesis], mbr: MBRConfig) -> int:
         return choose([self.vocabs.tgt.decode(h.tokens) for h in hyps], [h.logprob for h in hyps], mbr)

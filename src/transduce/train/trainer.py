@@ -7,6 +7,8 @@
     RUN_DIR/tensorboard/       the same as TensorBoard events
     RUN_DIR/model/             the final model directory (best weights if validated, else the last)
     RUN_DIR/peer-model/        with mutual learning (train.mutual_alpha): the peer's, from the same step
+    RUN_DIR/bit-model/         with BiT (train.bidirectional): the weights at the switch to source→target
+                               alone, a target→source model too (the recipe's channel model for reranking)
 
 The data position (epoch, batch index), every RNG state and the optimizer are in each checkpoint, so a
 run killed at any moment resumes from its last checkpoint and, on CPU with the same thread count, ends
@@ -43,6 +45,8 @@ from .log import RunLog
 from .schedule import Schedule
 from .step import Stepper, UpdateStats, resolve_dtype
 from .validate import bleu_hook, valid_loss
+
+BIT_MODEL = "bit-model"  # RUN_DIR/bit-model: the weights at BiT's switch (see _save_bit_model)
 
 
 PEER_SEED = 1_000_003  # mutual learning: the peer's initial weights come from torch.manual_seed(seed + this)
@@ -208,6 +212,8 @@ class Trainer:
         ranks' shared elapsed time, and checkpoints keep it (``both_epochs``), so ranks and resumed runs agree."""
         both = epoch <= self.both_epochs or (
             epoch == self.both_epochs + 1 and self.progress() < self.cfg.bidirectional)
+        if not both and self.both_epochs > 0 and epoch == self.both_epochs + 1:
+            self._save_bit_model()
         if not both and self.cfg.diversify != "off" and not self.diversified:
             self._diversify()
         batches = self.both_batches if both else self.forward_batches
@@ -220,6 +226,19 @@ class Trainer:
         if both:
             self.both_epochs = epoch
         self.batches = batches
+
+    def _save_bit_model(self) -> None:
+        """RUN_DIR/bit-model: the model as BiT leaves it, trained on both directions, kept for use as a
+        target→source (channel) model. Written once; a resumed run finds it there."""
+        out = self.run_dir / BIT_MODEL
+        if not self.ctx.is_main or out.is_dir():
+            return
+        manifest = self.data.manifest
+        meta = {"src_lang": manifest.get("tgt_lang", ""), "tgt_lang": manifest.get("src_lang", ""),
+                "weights": f"BiT's switch (step {self.step}): trained on both directions", "steps": self.step}
+        save_model_dir(out, self.model, self.data.vocabs, meta)
+        if self.log is not None:
+            self.log.message(f"update {self.step}: saved the model at BiT's switch to {out} (both directions)")
 
     def _diversify(self) -> None:
         """Data diversification at the switch: translate the training split both ways with the current

@@ -1,0 +1,126 @@
+"""Noisy-channel reranking: beam search's n-best list rescored with a model of the other direction.
+
+Beam search ranks candidates by the direct model alone, ``log p(y | x) / lp(|y|)`` (§6.1's length
+penalty). Reranking adds a channel term, how well the candidate explains the source:
+
+    score(y) = log p(y | x) / lp(|y|)  +  λ · log p(x | y) / (|x| + 1)
+
+(Yee et al., EMNLP 2019, without their language model term). ``log p(x | y)`` is the teacher-forced
+log-probability of the source (its pieces and eos) given the candidate, from a target→source model with
+the same vocabulary. With BiT (``train.bidirectional``) the run's own snapshot at the switch, which
+was trained on both directions, is such a model, so it costs no extra training. λ = 0 returns beam
+search's own first choice; the recipe chooses λ on the validation split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .search import Hypothesis
+
+
+@dataclass
+class RerankConfig:
+    """``candidates``: how many of the beam's finished hypotheses are rescored (≤ the beam size);
+    ``weight``: λ, the channel term's weight."""
+
+    candidates: int = 5
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.candidates < 1:
+            raise ValueError(f"rerank candidates must be at least 1, got {self.candidates}")
+        if not self.weight >= 0:
+            raise ValueError(f"rerank weight must be >= 0, got {self.weight}")
+
+
+@torch.no_grad()
+def sequence_logprobs(model, pairs: list[tuple[list[int], list[int]]], batch_tokens: int = 4096,
+                      device: str | torch.device = "cpu") -> list[float]:
+    """Teacher-forced ``log p(target | source)`` under ``model`` for each ``(source, target)`` pair of
+    ids without bos/eos; the target's eos counts, as in training. Pairs are scored in batches of similar
+    length (at most ``batch_tokens`` padded source tokens); the results come back in input order."""
+    cfg = model.config
+    order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][0]), len(pairs[i][1])))
+    out = [0.0] * len(pairs)
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and (end - start + 1) * (len(pairs[order[end]][0]) + 1) <= batch_tokens:
+            end += 1
+        index = order[start:end]
+        src_len = max(len(pairs[i][0]) for i in index) + 1
+        tgt_len = max(len(pairs[i][1]) for i in index) + 2
+        src = torch.full((len(index), src_len), cfg.pad_id, dtype=torch.long)  # (B, S)
+        tgt = torch.full((len(index), tgt_len), cfg.pad_id, dtype=torch.long)  # (B, T + 1)
+        for row, i in enumerate(index):
+            s, t = pairs[i]
+            src[row, : len(s) + 1] = torch.tensor(s + [cfg.eos_id])
+            tgt[row, : len(t) + 2] = torch.tensor([cfg.bos_id] + t + [cfg.eos_id])
+        src, tgt = src.to(device), tgt.to(device)
+        logits = model(src, tgt[:, :-1]).float()  # (B, T, V)
+        gold = tgt[:, 1:]  # (B, T)
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, gold.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        lp = lp.masked_fill(gold == cfg.pad_id, 0.0).sum(dim=1)  # (B,)
+        for row, i in enumerate(index):
+            out[i] = float(lp[row])
+        start = end
+    return out
+
+
+def channel_scores(channel, sources: list[list[int] | None], nbest: list[list[Hypothesis]],
+                   batch_tokens: int = 4096, device: str | torch.device = "cpu") -> list[list[float]]:
+    """``log p(x | y) / (|x| + 1)`` for every candidate ``y`` of every source ``x`` (ids + eos, or None for
+    an empty line, whose one empty candidate gets 0) under the target→source model ``channel``."""
+    pairs, where = [], []
+    for n, (src, hyps) in enumerate(zip(sources, nbest)):
+        if src is None:
+            continue
+        for k, hyp in enumerate(hyps):
+            pairs.append((hyp.tokens, src[:-1]))  # the candidate is the channel model's source
+            where.append((n, k))
+    logprobs = sequence_logprobs(channel, pairs, batch_tokens, device)
+    out = [[0.0] * len(hyps) for hyps in nbest]
+    for (n, k), lp in zip(where, logprobs):
+        out[n][k] = lp / len(sources[n])  # sources[n] holds x + eos: |x| + 1 scored tokens
+    return out
+
+
+def choose(hyps: list[Hypothesis], channel: list[float], weight: float) -> int:
+    """Index of the candidate with the highest ``score + weight · channel`` (the first of equals, i.e.
+    beam search's order)."""
+    totals = [h.score + weight * c for h, c in zip(hyps, channel)]
+    return max(range(len(hyps)), key=lambda i: (totals[i], -i))
+
+
+def sweep(translator, sentences: list[str], weights: list[float], candidates: int, beam: int, alpha: float,
+          max_len_a: float = 1.0, max_len_b: int = 50, batch_tokens: int = 4096) -> dict[float, list[str]]:
+    """The 1-best text of every sentence for each λ in ``weights``, from one beam search (``candidates``
+    best kept) and one channel scoring: what the recipe compares on the validation split."""
+    if candidates > beam:
+        raise ValueError(f"reranking {candidates} candidates needs a beam of at least that, got {beam}")
+    sources = translator.encode_sources(sentences)
+    nbest = translator.search(sources, beam, alpha, max_len_a, max_len_b, candidates, batch_tokens=batch_tokens)
+    channel = translator.channel_scores(sources, nbest, batch_tokens)
+    decode = translator.vocabs.tgt.decode
+    return {w: [decode(hyps[choose(hyps, c, w)].tokens) for hyps, c in zip(nbest, channel)] for w in weights}
+
+
+def add_arguments(group) -> None:
+    """``--channel DIR``, ``--rerank N``, ``--rerank-weight λ`` for ``transduce translate`` and ``evaluate``."""
+    group.add_argument("--channel", metavar="DIR",
+                       help="target→source model directory for --rerank (a BiT run's RUN/bit-model is one)")
+    group.add_argument("--rerank", type=int, default=0, metavar="N",
+                       help="noisy-channel reranking of the beam's N best with --channel (N <= --beam; 0 = off)")
+    group.add_argument("--rerank-weight", type=float, default=1.0, metavar="LAMBDA",
+                       help="weight of the channel score log p(x|y)/(|x|+1) (default 1.0)")
+
+
+def from_args(args) -> RerankConfig | None:
+    if args.rerank < 0:
+        raise ValueError(f"--rerank must be 0 (off) or a number of candidates, got {args.rerank}")
+    if args.rerank and not args.channel:
+        raise ValueError("--rerank needs --channel DIR (a target→source model)")
+    return RerankConfig(args.rerank, args.rerank_weight) if args.rerank else None
