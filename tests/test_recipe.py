@@ -161,8 +161,9 @@ def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(ra
 
 def test_a_bit_run_reranks_with_its_switch_snapshot_and_chooses_lambda_on_valid(raw, tmp_path):
     out = tmp_path / "out"
-    # epochs of ~10 updates of 4,000 tokens: epoch 1 trains both ways, epoch 2 starts past half of 16 updates
-    overrides = ["train.bidirectional=0.5", "train.max_tokens=4000", "train.max_steps=16",
+    # epochs of ~6 updates of 16,000 tokens over the doubled split: epochs 1-2 train both ways, the switch
+    # comes at epoch 3, past half of the 16 updates
+    overrides = ["train.bidirectional=0.5", "train.max_tokens=16000", "train.max_steps=16",
                  "evaluate.channel_weights=[0.0, 0.5, 3.0]", "evaluate.alpha=0.6"]
     saved = run_recipe(load_recipe(write_recipe(tmp_path / "r.toml", raw, out, 1), overrides))
     assert (out / "run" / "bit-model" / "model.safetensors").is_file()
