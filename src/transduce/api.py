@@ -49,7 +49,7 @@ def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str =
         reverse, v, _ = load_model_dir(channel, device)
         if v.src.proto != vocabs.tgt.proto or v.tgt.proto != vocabs.src.proto:
             raise ValueError(f"{channel}: the channel model's vocabularies are not {model_dir}'s, reversed")
-        reverse = for_decoding(reverse.eval(), "fp32" if dtype == "int8" else dtype, torch.device(device))
+        reverse = for_decoding(reverse, "fp32" if dtype == "int8" else dtype, torch.device(device))
     return Translator(decoder, vocabs, device, meta, channel=reverse)
 
 

@@ -68,13 +68,16 @@ def evaluate_model(translator, sources: list[str], refs: list[str], lang: str | 
 def score_outputs(translator, hyps: list[str], sources: list[str], refs: list[str], lang: str) -> dict:
     """:func:`score_translations` of ``hyps`` (``translator``'s outputs for ``sources``) plus the
     reference perplexity under its model; the hypotheses are kept under ``"hypotheses"``."""
-    result = score_translations(hyps, refs, lang)
-    if hasattr(translator.model, "decode"):
-        nll, count = translator.reference_nll(sources, refs)
-        result["ref_perplexity"] = round(math.exp(nll / max(count, 1)), 3)
-        result["ref_tokens"] = count
-    result["hypotheses"] = hyps
-    return result
+    return {**score_translations(hyps, refs, lang), **reference_perplexity(translator, sources, refs),
+            "hypotheses": hyps}
+
+
+def reference_perplexity(translator, sources: list[str], refs: list[str]) -> dict:
+    """``{"ref_perplexity", "ref_tokens"}`` under ``translator``'s model; empty for an ensemble."""
+    if not hasattr(translator.model, "decode"):
+        return {}
+    nll, count = translator.reference_nll(sources, refs)
+    return {"ref_perplexity": round(math.exp(nll / max(count, 1)), 3), "ref_tokens": count}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -342,27 +342,30 @@ def _label(alpha: float, weight: float | None) -> str:
 def _score_reranked(translator, data, split: str, alpha: float, ev: EvaluateSection) -> dict[float, dict]:
     """Scores on ``split`` for each λ in ``ev.channel_weights``, from one beam search and one channel scoring."""
     from .decode.rerank import sweep
-    from .evaluate import score_outputs
+    from .evaluate import reference_perplexity, score_translations
 
-    ids = data.split(split)
-    sources = [ids.src_text(i) for i in range(len(ids))]
-    refs = [ids.tgt_text(i) for i in range(len(ids))]
+    sources, refs = _texts(data, split)
     start = time.perf_counter()
     outputs = sweep(translator, sources, ev.channel_weights, ev.channel_candidates, ev.beam, alpha,
                     ev.max_len_a, ev.max_len_b)
     seconds = round(time.perf_counter() - start, 1)
+    perplexity = reference_perplexity(translator, sources, refs)  # the same for every λ: computed once
     out = {}
     for weight, hyps in outputs.items():
-        result = score_outputs(translator, hyps, sources, refs, data.manifest["tgt_lang"])
-        result.pop("hypotheses")
-        out[weight] = {**{k: v for k, v in result.items() if not k.endswith("_detail")}, "decode_wall_s": seconds}
+        result = score_translations(hyps, refs, data.manifest["tgt_lang"])
+        out[weight] = {**{k: v for k, v in result.items() if not k.endswith("_detail")}, **perplexity,
+                       "decode_wall_s": seconds}
     return out
 
 
-def _score(evaluate_model, translator, data, split: str, decode: dict, hyp_path: Path | None = None) -> dict:
+def _texts(data, split: str) -> tuple[list[str], list[str]]:
+    """The source and reference lines of a prepared split."""
     ids = data.split(split)
-    sources = [ids.src_text(i) for i in range(len(ids))]
-    refs = [ids.tgt_text(i) for i in range(len(ids))]
+    return [ids.src_text(i) for i in range(len(ids))], [ids.tgt_text(i) for i in range(len(ids))]
+
+
+def _score(evaluate_model, translator, data, split: str, decode: dict, hyp_path: Path | None = None) -> dict:
+    sources, refs = _texts(data, split)
     start = time.perf_counter()
     result = evaluate_model(translator, sources, refs, lang=data.manifest["tgt_lang"], **decode)
     result["decode_wall_s"] = round(time.perf_counter() - start, 1)
