@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from . import native_loss
+
 
 def _block(block: Tensor, ys: Tensor, epsilon: float, pad_id: int, want_grad: bool) -> tuple[Tensor, Tensor]:
     """Loss and NLL of each row of an fp32 ``block`` (r, V) of logits with labels ``ys`` (r, 1).
@@ -88,6 +90,13 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
         N, want_grad = h.size(0), any(ctx.needs_input_grad[:2])
         grad = hc.new_empty(N, weight.size(0)) if want_grad else None  # (N, V) ∂loss/∂logits
         loss_rows, nll_rows = h.new_empty(N, dtype=torch.float32), h.new_empty(N, dtype=torch.float32)  # (N,)
+        if native_loss.applies(hc):  # the same per block in C++: logits made in place, turned into ∂loss/∂z
+            for s in range(0, N, rows):
+                e = min(s + rows, N)
+                block = torch.mm(hc[s:e], wc.t(), out=grad[s:e]) if want_grad else hc[s:e] @ wc.t()  # (r, V)
+                loss_rows[s:e], nll_rows[s:e] = native_loss.smoothed_block_(block, y[s:e], epsilon, pad_id,
+                                                                            want_grad)
+            return _project_save(ctx, h, weight, hc, wc, grad, loss_rows, nll_rows)
         for s in range(0, N, rows):
             block = (hc[s:s + rows] @ wc.t()).float()  # (r, V)
             loss_rows[s:s + rows], nll_rows[s:s + rows] = _block(block, y[s:s + rows, None], epsilon, pad_id,
@@ -183,8 +192,15 @@ class ProjectedPairLoss(torch.autograd.Function):
         g1 = hc1.new_empty(n, w1.size(0)) if want_grad else None  # (N, V) ∂loss/∂logits of copy 1
         g2 = hc2.new_empty(n, w2.size(0)) if want_grad else None  # (N, V) of copy 2
         loss_rows, nll_rows = h1.new_empty(n, dtype=torch.float32), h1.new_empty(n, dtype=torch.float32)  # (N,)
+        native = native_loss.applies(hc1, hc2) and hc1.dtype == hc2.dtype
         for s in range(0, n, rows):
             e = min(s + rows, n)
+            if native:  # the same in C++: the logits made in place in g1, g2 and turned into their gradients
+                z1 = torch.mm(hc1[s:e], wc1.t(), out=g1[s:e]) if want_grad else hc1[s:e] @ wc1.t()  # (r, V)
+                z2 = torch.mm(hc2[s:e], wc2.t(), out=g2[s:e]) if want_grad else hc2[s:e] @ wc2.t()  # (r, V)
+                loss_rows[s:e], nll_rows[s:e] = native_loss.rdrop_block_(z1, z2, y[s:e], epsilon, pad_id, alpha,
+                                                                         want_grad)
+                continue
             z1 = (hc1[s:e] @ wc1.t()).float()  # (r, V)
             z2 = (hc2[s:e] @ wc2.t()).float()  # (r, V)
             loss_rows[s:e], nll_rows[s:e], b1, b2 = _rdrop_block(z1, z2, y[s:e, None], epsilon, pad_id, alpha)

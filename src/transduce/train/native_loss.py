@@ -1,0 +1,60 @@
+"""The loss of one block of logit rows in C++ (``native_loss.cpp``), for :mod:`~transduce.train.loss`.
+
+The tensor-op version (``loss._block``, ``loss._rdrop_block``) stays as the readable reference and the
+fallback. The extension is compiled with ``torch.utils.cpp_extension`` on first use (tens of seconds, then
+cached under ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``); :func:`extension` returns None when
+it cannot be built (no C++ compiler), and the loss then runs the tensor ops. ``TRANSDUCE_NATIVE_LOSS=0``
+turns it off (for A/B timing: ``python -m transduce.train.bench DATA --loss python``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).with_name("native_loss.cpp")
+
+
+@functools.cache
+def extension():
+    """The compiled extension module, or None (with a warning saying why) if it cannot be built."""
+    if os.environ.get("TRANSDUCE_NATIVE_LOSS", "1") == "0":
+        return None
+    from torch.utils import cpp_extension
+
+    arch = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
+    try:
+        return cpp_extension.load(name="transduce_native_loss", sources=[str(SOURCE)],
+                                  extra_cflags=["-O3", "-ffast-math", *arch], verbose=False)
+    except Exception as err:  # no compiler, no headers: the tensor ops are the fallback
+        warnings.warn(f"transduce: the C++ loss could not be built ({type(err).__name__}: "
+                      f"{str(err).splitlines()[0] if str(err) else ''}); training uses the tensor-op loss",
+                      RuntimeWarning, stacklevel=2)
+        return None
+
+
+def applies(*blocks: Tensor) -> bool:
+    """Whether the C++ loss takes these logit blocks: CPU, fp32 or bf16, and the extension built."""
+    return (all(b.device.type == "cpu" and b.dtype in (torch.float32, torch.bfloat16) for b in blocks)
+            and extension() is not None)
+
+
+def smoothed_block_(z: Tensor, y: Tensor, epsilon: float, pad_id: int, grad: bool) -> tuple[Tensor, Tensor]:
+    """Loss and NLL (r,) of each row of logits ``z`` (r, V) with labels ``y`` (r,); afterwards ``z`` holds
+    ∂loss/∂z = softmax(z) − q (in its own dtype) when ``grad``. As ``loss._block``."""
+    out = extension().smoothed_block_(z, y, epsilon, pad_id, grad)  # (r, 2)
+    return out[:, 0], out[:, 1]
+
+
+def rdrop_block_(z1: Tensor, z2: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float,
+                 grad: bool) -> tuple[Tensor, Tensor]:
+    """R-Drop loss and the two copies' summed NLL (r,) of logit blocks ``z1``, ``z2`` (r, V) with labels
+    ``y`` (r,); afterwards they hold their gradients when ``grad``. As ``loss._rdrop_block``."""
+    out = extension().rdrop_block_(z1, z2, y, epsilon, pad_id, alpha, grad)  # (r, 2)
+    return out[:, 0], out[:, 1]
