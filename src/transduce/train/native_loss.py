@@ -4,7 +4,8 @@ The tensor-op version (``loss._block``, ``loss._rdrop_block``) stays as the read
 fallback. The extension is compiled with ``torch.utils.cpp_extension`` on first use (tens of seconds, then
 cached under ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``); :func:`extension` returns None when
 it cannot be built (no C++ compiler), and the loss then runs the tensor ops. ``TRANSDUCE_NATIVE_LOSS=0``
-turns it off (for A/B timing: ``python -m transduce.train.bench DATA --loss python``).
+turns it off, for A/B timing: ``TRANSDUCE_NATIVE_LOSS=0|1 python -m transduce.train.bench DATA --threads 1
+--max-tokens 1024 --rdrop-alpha 2`` (README, "Training speed").
 """
 
 from __future__ import annotations
