@@ -11,13 +11,12 @@ turns it off, for A/B timing: ``TRANSDUCE_NATIVE_LOSS=0|1 python -m transduce.tr
 from __future__ import annotations
 
 import functools
-import os
-import platform
-import warnings
 from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from ..cpp import build
 
 SOURCE = Path(__file__).with_name("native_loss.cpp")
 
@@ -25,19 +24,8 @@ SOURCE = Path(__file__).with_name("native_loss.cpp")
 @functools.cache
 def extension():
     """The compiled extension module, or None (with a warning saying why) if it cannot be built."""
-    if os.environ.get("TRANSDUCE_NATIVE_LOSS", "1") == "0":
-        return None
-    from torch.utils import cpp_extension
-
-    arch = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
-    try:
-        return cpp_extension.load(name="transduce_native_loss", sources=[str(SOURCE)],
-                                  extra_cflags=["-O3", "-ffast-math", *arch], verbose=False)
-    except Exception as err:  # no compiler, no headers: the tensor ops are the fallback
-        warnings.warn(f"transduce: the C++ loss could not be built ({type(err).__name__}: "
-                      f"{str(err).splitlines()[0] if str(err) else ''}); training uses the tensor-op loss",
-                      RuntimeWarning, stacklevel=2)
-        return None
+    return build("transduce_native_loss", SOURCE, "TRANSDUCE_NATIVE_LOSS", "the C++ loss",
+                 "training uses the tensor-op loss")
 
 
 def applies(*blocks: Tensor) -> bool:
