@@ -122,3 +122,10 @@ def test_the_switch_turns_it_off(monkeypatch):
         monkeypatch.delenv("TRANSDUCE_NATIVE_LOSS")
         native_loss.extension.cache_clear()
     assert native_loss.extension() is not None
+
+
+def test_the_run_log_line_names_the_loss_that_runs(monkeypatch):
+    assert "C++ block kernel" in native_loss.describe("cpu")
+    assert "tensor ops" in native_loss.describe("cuda")
+    monkeypatch.setattr(native_loss, "extension", lambda: None)
+    assert "could not be built" in native_loss.describe("cpu")

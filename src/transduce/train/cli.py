@@ -39,8 +39,11 @@ def preflight(config_path: Path, overrides: list[str], resume: bool):
             print(why, flush=True)
     if int(os.environ.get("RANK", "0")) == 0:
         from ..allocator import describe
+        from .native_loss import describe as describe_loss
+        from .trainer import pick_device
 
         print(describe(), flush=True)
+        print(describe_loss(pick_device(cfg.device, 0).type), flush=True)
     data_dir = Path(cfg.data)
     if not data_dir.is_dir():
         raise FileNotFoundError(f"{config_path}: key 'data': data directory {data_dir} does not exist "

@@ -47,3 +47,12 @@ def rdrop_block_(z1: Tensor, z2: Tensor, y: Tensor, epsilon: float, pad_id: int,
     ``y`` (r,); afterwards they hold their gradients when ``grad``. As ``loss._rdrop_block``."""
     out = extension().rdrop_block_(z1, z2, y, epsilon, pad_id, alpha, grad)  # (r, 2)
     return out[:, 0], out[:, 1]
+
+
+def describe(device_type: str) -> str:
+    """One line for a run's log: which loss runs (building the C++ one if it is to be used)."""
+    if device_type != "cpu":
+        return "loss: tensor ops (the C++ loss is for CPU training)"
+    if extension() is None:
+        return "loss: tensor ops (TRANSDUCE_NATIVE_LOSS=0, or the C++ loss could not be built: see the warning above)"
+    return "loss: C++ block kernel (train/native_loss.cpp; TRANSDUCE_NATIVE_LOSS=0 turns it off)"
