@@ -52,6 +52,19 @@ struct Heads {
   }
 };
 
+// Head (b, h) of q, k, v into fp32 scratch, row-major, and `transposed` (d, Tk) = the transpose of k
+// (forward: for the scores) or of v (backward: for dP = dO Vᵀ).
+template <typename T>
+void load_head(const Heads<T>& Q, const Heads<T>& K, const Heads<T>& V, int64_t b, int64_t h, int64_t Tq,
+               int64_t Tk, int64_t d, float* qs, float* ks, float* vs, bool transpose_k, float* transposed) {
+  Q.gather(b, h, Tq, d, qs);
+  K.gather(b, h, Tk, d, ks);
+  V.gather(b, h, Tk, d, vs);
+  const float* src = transpose_k ? ks : vs;
+  for (int64_t j = 0; j < Tk; ++j)
+    for (int64_t c = 0; c < d; ++c) transposed[c * Tk + j] = src[j * d + c];
+}
+
 // Whether query i may see key j: the mask (broadcast over B and T_q by zero strides) and causality.
 struct Visible {
   const bool* mask = nullptr;
@@ -75,11 +88,7 @@ void forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, const Visib
     std::vector<float> qs(Tq * d), ks(Tk * d), kt(d * Tk), vs(Tk * d), acc(d);
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H, h = bh % H;
-      Q.gather(b, h, Tq, d, qs.data());
-      K.gather(b, h, Tk, d, ks.data());
-      V.gather(b, h, Tk, d, vs.data());
-      for (int64_t j = 0; j < Tk; ++j)
-        for (int64_t c = 0; c < d; ++c) kt[c * Tk + j] = ks[j * d + c];
+      load_head(Q, K, V, b, h, Tq, Tk, d, qs.data(), ks.data(), vs.data(), true, kt.data());
       for (int64_t i = 0; i < Tq; ++i) {
         float* p = P + (bh * Tq + i) * Tk;  // this query's scores, then weights
         std::fill(p, p + Tk, 0.0f);
@@ -137,11 +146,7 @@ void backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k, const T
         gks(Tk * d), gvs(Tk * d);
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / H, h = bh % H;
-      Q.gather(b, h, Tq, d, qs.data());
-      K.gather(b, h, Tk, d, ks.data());
-      V.gather(b, h, Tk, d, vs.data());
-      for (int64_t j = 0; j < Tk; ++j)
-        for (int64_t c = 0; c < d; ++c) vt[c * Tk + j] = vs[j * d + c];
+      load_head(Q, K, V, b, h, Tq, Tk, d, qs.data(), ks.data(), vs.data(), false, vt.data());
       for (int64_t i = 0; i < Tq; ++i)
         for (int64_t c = 0; c < d; ++c) g[i * d + c] = load(go + ((b * Tq + i) * H + h) * d + c);
       std::fill(gks.begin(), gks.end(), 0.0f);

@@ -192,7 +192,7 @@ class ProjectedPairLoss(torch.autograd.Function):
         g1 = hc1.new_empty(n, w1.size(0)) if want_grad else None  # (N, V) ∂loss/∂logits of copy 1
         g2 = hc2.new_empty(n, w2.size(0)) if want_grad else None  # (N, V) of copy 2
         loss_rows, nll_rows = h1.new_empty(n, dtype=torch.float32), h1.new_empty(n, dtype=torch.float32)  # (N,)
-        native = native_loss.applies(hc1, hc2) and hc1.dtype == hc2.dtype
+        native = native_loss.applies(hc1, hc2)
         for s in range(0, n, rows):
             e = min(s + rows, n)
             if native:  # the same in C++: the logits made in place in g1, g2 and turned into their gradients

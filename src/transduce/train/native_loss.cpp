@@ -38,12 +38,6 @@ inline void store(uint16_t* p, int64_t i, float v) {  // fp32 -> bf16, rounding 
   p[i] = static_cast<uint16_t>(bits >> 16);
 }
 
-// What pass 1 and 2 learn about one row of logits z (V).
-struct Row {
-  float max = 0, sum_exp = 0, lse = 0;
-  double sum_z = 0;  // Σ_v z_v (over all V, pad included; the caller removes pad's)
-};
-
 template <typename T>
 float row_max(const T* z, int64_t V) {
   float m = load(z, 0);
@@ -127,9 +121,10 @@ void rdrop_rows(T* z1, T* z2, const int64_t* y, float* out, int64_t r, int64_t V
       g(pad, gp1, gp2);
       g(gold, gy1, gy2);
       for (int64_t v = 0; v < V; ++v) {
-        const float p1 = e1[v] * inv1, p2 = e2[v] * inv2, d = load(a, v) - load(b, v) - c, delta = p1 - p2;
-        store(a, v, h * (p1 * (d - A1) + delta) + p1 - u);
-        store(b, v, h * (p2 * (A2 - d) - delta) + p2 - u);
+        float g1, g2;
+        g(v, g1, g2);
+        store(a, v, g1);
+        store(b, v, g2);
       }
       store(a, pad, gp1 + u);
       store(b, pad, gp2 + u);

@@ -5,7 +5,8 @@ fallback. The extension is compiled with ``torch.utils.cpp_extension`` on first 
 cached under ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``); :func:`extension` returns None when
 it cannot be built (no C++ compiler), and the loss then runs the tensor ops. ``TRANSDUCE_NATIVE_LOSS=0``
 turns it off, for A/B timing: ``TRANSDUCE_NATIVE_LOSS=0|1 python -m transduce.train.bench DATA --threads 1
---max-tokens 1024 --rdrop-alpha 2`` (README, "Training speed").
+--max-tokens 1024 --rdrop-alpha 2`` (whole steps) or ``python bench/loss_block.py`` (the loss alone; README,
+"Which loss kernel trains").
 """
 
 from __future__ import annotations
