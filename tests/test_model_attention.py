@@ -154,3 +154,31 @@ def test_written_out_training_attention_equals_the_kernels():
     out = attention_written_out(q16, k16, v.bfloat16())
     expected = (torch.softmax(scores_fp32, -1).bfloat16() @ v.bfloat16())
     assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("T", [5, 12, 15, 16, 24])
+def test_softmax_last_matches_torch_values_and_gradients_with_masked_keys(T):
+    """Short rows take the whole-tensor path (below SHORT_ROW keys), long ones torch's kernel: both give
+    torch.softmax's values and gradient, -inf keys included (fp64 reference)."""
+    from transduce.model import attention
+
+    g = torch.Generator().manual_seed(T)
+    x = torch.randn(3, 2, 4, T, generator=g)
+    x[0, :, :, 1] = float("-inf")  # a masked key
+    x[2, 1, 3, : T // 2] = float("-inf")
+    grad = torch.randn(3, 2, 4, T, generator=g)
+    ref_x = x.double().requires_grad_()
+    torch.softmax(ref_x, dim=-1).backward(grad.double())
+    got_x = x.clone().requires_grad_()
+    calls = []
+    original = attention._ShortRowSoftmax.apply
+    attention._ShortRowSoftmax.apply = lambda t: calls.append(t.shape) or original(t)
+    try:
+        got = attention.softmax_last(got_x)
+    finally:
+        attention._ShortRowSoftmax.apply = original
+    got.backward(grad)
+    assert bool(calls) == (T < attention.SHORT_ROW)
+    assert got[0, :, :, 1].eq(0).all() and got[2, 1, 3, : T // 2].eq(0).all()
+    torch.testing.assert_close(got.double(), torch.softmax(ref_x.detach(), dim=-1), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(got_x.grad.double(), ref_x.grad, rtol=1e-5, atol=1e-6)
