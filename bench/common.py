@@ -78,6 +78,19 @@ def alternate(contenders: dict[str, Callable[[], None]], repeats: int, warmup: i
     return timings
 
 
+def best_ms(fn: Callable[[], None], calls: int = 30, repeats: int = 3, warmup: int = 3) -> float:
+    """Milliseconds per call of ``fn``: the best of ``repeats`` runs of ``calls`` calls, after ``warmup``."""
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls * 1000)
+    return best
+
+
 def gemm_peak(dtype: torch.dtype, n: int = 1024, seconds: float = 1.0) -> float:
     """FLOP/s of an (n, n) @ (n, n) matmul in ``dtype`` on the current threads: best of ~``seconds``."""
     a = torch.randn(n, n).to(dtype)

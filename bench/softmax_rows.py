@@ -3,26 +3,12 @@ forward + backward of (156, 4, T, T) fp32 scores (one R-Drop batch of 78 Multi30
 1 thread, best of 3 × 30 calls for each T, the two alternating. ``python bench/softmax_rows.py``
 (`model/attention.py`, ``softmax_last``)."""
 
-import time
-
 import torch
+from common import best_ms
 
 from transduce.model.attention import SHORT_ROW, _ShortRowSoftmax
 
 torch.set_num_threads(1)
-
-
-def best_ms(fn, calls: int = 30, repeats: int = 3) -> float:
-    for _ in range(3):
-        fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls * 1000)
-    return best
-
 
 print(f"softmax_last takes the whole-tensor path below {SHORT_ROW} keys")
 print("T   torch ms  whole-tensor ms  ratio")

@@ -11,6 +11,8 @@
 // tensor ops run.
 #include <torch/extension.h>
 
+#include "bf16.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -25,20 +27,8 @@ inline uint64_t splitmix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-inline float load(const float* p, int64_t i) { return p[i]; }
-inline float load(const uint16_t* p, int64_t i) {  // bf16 -> fp32 is exact: the top 16 bits
-  uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-inline void store(float* p, int64_t i, float v) { p[i] = v; }
-inline void store(uint16_t* p, int64_t i, float v) {  // fp32 -> bf16, rounding to nearest even (as torch)
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  p[i] = static_cast<uint16_t>(bits >> 16);
-}
+using transduce::load;
+using transduce::store;
 
 // In chunks of 1,024 elements: first the chunk's 256 random words (a loop the compiler vectorises), then the
 // elements, reading word w's chunk j as the 16-bit lane 4w + j (little-endian, as x86 and arm64 are).

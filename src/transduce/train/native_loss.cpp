@@ -14,6 +14,8 @@
 // the tensor-op version in loss.py runs. Compiled with -ffast-math so that the exp loops vectorise.
 #include <torch/extension.h>
 
+#include "bf16.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,20 +25,8 @@ using at::Tensor;
 
 namespace {
 
-inline float load(const float* p, int64_t i) { return p[i]; }
-inline float load(const uint16_t* p, int64_t i) {  // bf16 -> fp32 is exact: the top 16 bits
-  uint32_t bits = static_cast<uint32_t>(p[i]) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-inline void store(float* p, int64_t i, float v) { p[i] = v; }
-inline void store(uint16_t* p, int64_t i, float v) {  // fp32 -> bf16, rounding to nearest even (as torch)
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  p[i] = static_cast<uint16_t>(bits >> 16);
-}
+using transduce::load;
+using transduce::store;
 
 template <typename T>
 float row_max(const T* z, int64_t V) {

@@ -26,7 +26,8 @@ SOURCE = Path(__file__).with_name("native_loss.cpp")
 def extension():
     """The compiled extension module, or None (with a warning saying why) if it cannot be built."""
     return build("transduce_native_loss", SOURCE, "TRANSDUCE_NATIVE_LOSS", "the C++ loss",
-                 "training uses the tensor-op loss")
+                 "training uses the tensor-op loss",
+                 headers=(Path(__file__).with_name("bf16.h"),))
 
 
 def applies(*blocks: Tensor) -> bool:
