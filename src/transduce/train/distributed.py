@@ -51,16 +51,16 @@ def setup(device: torch.device) -> Dist:
 def wrap(model: nn.Module, ctx: Dist, device: torch.device) -> nn.Module:
     """DistributedDataParallel around ``model`` when there are several ranks; the model itself otherwise.
 
-    Two settings that cost time and buy nothing here: ``broadcast_buffers`` (the only buffer, the
-    positional-encoding table, is a constant every rank builds alike, and broadcasting it is one more
-    collective in every forward) and the copies between ``.grad`` and DDP's all-reduce buckets
-    (``gradient_as_bucket_view`` makes each ``.grad`` a view into its bucket). Two processes × 1 thread,
-    `small`, bf16, R-Drop, 2 × 1,024 tokens: 348 → 319 ms per update (BENCHMARKS.md, session 29).
+    Two of DDP's defaults cost time and buy nothing here. Buffers are not broadcast before each forward
+    (``forward_sync_buffers=False``): the only one, the positional-encoding table, is a constant every rank
+    builds alike. Each ``.grad`` is a view into its all-reduce bucket (``gradient_as_bucket_view``), which
+    saves copying gradients in and out. `python bench/ddp_step.py` times the wrappers side by side
+    (BENCHMARKS.md, session 29).
     """
     if not ctx.enabled:
         return model
     ids = [device.index] if device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False,
+    return nn.parallel.DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=False,
                                                gradient_as_bucket_view=True)
 
 
