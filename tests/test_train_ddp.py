@@ -1,8 +1,10 @@
 """DistributedDataParallel on CPU (gloo, 2 processes × 1 thread).
 
 After every update both ranks hold identical weights, and 2 ranks with one batch each compute the same
-update as 1 process accumulating both batches (losses are normalised by the global token count).
-SGD makes the comparison sharp (weight change = lr · gradient); Adam checks rank agreement.
+update as 1 process accumulating both batches (losses are normalised by the global token count); so do
+2 ranks accumulating two micro-batches each (update_freq 2: gradients gather in DDP's buckets under
+no_sync) against 1 process with all four. SGD makes the comparison sharp (weight change = lr · gradient);
+Adam checks rank agreement.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from transduce.train.step import Stepper
 from test_train_run import data_dir  # noqa: F401  (module-scoped real Multi30k slice)
 
 UPDATES = 3
+RUNS = (("sgd", 1), ("adam", 1), ("sgd", 2))  # (optimizer, micro-batches per rank and update)
 
 
 def make(data_dir, optimizer: str, rank: int, world: int):
@@ -45,16 +48,17 @@ def worker(rank: int, port: int, data_dir, out) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        for optimizer in ("sgd", "adam"):
+        for optimizer, micro in RUNS:
             model, stepper, plan, tb = make(data_dir, optimizer, rank, 2)
-            for u in range(UPDATES):
-                stepper.update([tb.make(plan[2 * u + rank])], u + 1)  # rank r's shard: batches r, r+2, ...
+            for u in range(UPDATES):  # rank r's shard: batches r, r+2, ...
+                first = 2 * micro * u
+                stepper.update([tb.make(plan[first + 2 * m + rank]) for m in range(micro)], u + 1)
                 flat = torch.cat([p.detach().flatten() for p in model.parameters()])
                 gathered = [torch.empty_like(flat) for _ in range(2)]
                 dist.all_gather(gathered, flat)
-                out.put((optimizer, rank, u, torch.equal(gathered[0], gathered[1])))
+                out.put(((optimizer, micro), rank, u, torch.equal(gathered[0], gathered[1])))
             if rank == 0:  # numpy: no shared memory to outlive the process
-                out.put((optimizer, "weights", {k: v.numpy().copy() for k, v in model.state_dict().items()}))
+                out.put(((optimizer, micro), "weights", {k: v.numpy().copy() for k, v in model.state_dict().items()}))
     finally:
         dist.destroy_process_group()
 
@@ -77,29 +81,31 @@ def spawn_two_ranks(target, data_dir, results: int) -> list:
 
 
 def run_two_ranks(data_dir):
-    return spawn_two_ranks(worker, data_dir, 2 * (2 * UPDATES + 1))
+    return spawn_two_ranks(worker, data_dir, len(RUNS) * (2 * UPDATES + 1))
 
 
 def test_two_ranks_agree_and_match_one_process_with_both_batches(data_dir):  # noqa: F811
     results = run_two_ranks(data_dir)
-    for optimizer in ("sgd", "adam"):  # after every update, both ranks hold identical weights
-        flags = [x[3] for x in results if x[0] == optimizer and x[1] != "weights"]
-        assert len(flags) == 2 * UPDATES and all(flags), optimizer
-    ddp = next(x[2] for x in results if x[0] == "sgd" and x[1] == "weights")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        initial = {k: v.clone() for k, v in make(data_dir, "sgd", 0, 1)[0].state_dict().items()}
-        model, stepper, plan, tb = make(data_dir, "sgd", 0, 1)
-        for u in range(UPDATES):
-            stepper.update([tb.make(plan[2 * u]), tb.make(plan[2 * u + 1])], u + 1)
-    finally:
-        torch.set_num_threads(threads)
-    moved = 0.0
-    for name, value in model.state_dict().items():
-        torch.testing.assert_close(torch.from_numpy(ddp[name]), value, rtol=1e-4, atol=1e-5, msg=name)
-        moved = max(moved, (value - initial[name]).abs().max().item())
-    assert moved > 1e-2  # the updates were real
+    for run in RUNS:  # after every update, both ranks hold identical weights
+        flags = [x[3] for x in results if x[0] == run and x[1] != "weights"]
+        assert len(flags) == 2 * UPDATES and all(flags), run
+    for micro in (1, 2):
+        ddp = next(x[2] for x in results if x[0] == ("sgd", micro) and x[1] == "weights")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            initial = {k: v.clone() for k, v in make(data_dir, "sgd", 0, 1)[0].state_dict().items()}
+            model, stepper, plan, tb = make(data_dir, "sgd", 0, 1)
+            for u in range(UPDATES):  # one process, every rank's batches of the update
+                stepper.update([tb.make(plan[2 * micro * u + i]) for i in range(2 * micro)], u + 1)
+        finally:
+            torch.set_num_threads(threads)
+        moved = 0.0
+        for name, value in model.state_dict().items():
+            torch.testing.assert_close(torch.from_numpy(ddp[name]), value, rtol=1e-4, atol=1e-5,
+                                       msg=f"{name}, {micro} micro-batch(es)")
+            moved = max(moved, (value - initial[name]).abs().max().item())
+        assert moved > 1e-2  # the updates were real
 
 
 def segmentation_worker(rank: int, port: int, data_dir, out) -> None:
