@@ -32,6 +32,7 @@ def main() -> None:
     p.add_argument("data")
     p.add_argument("--updates", type=int, default=50)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--only", default="", help="time only the wrappers whose names start with this")
     args = p.parse_args()
     torch.set_num_threads(1)
     ctx = setup(torch.device("cpu"))
@@ -57,6 +58,8 @@ def main() -> None:
     zero_grad = opt.zero_grad
     for round_ in range(1, args.rounds + 1):
         for name, make in variants.items():
+            if not name.startswith(args.only):
+                continue
             stepper.model = make()
             update = stepper.update
             opt.zero_grad = (lambda set_to_none=True: zero_grad(set_to_none=False)) if name.startswith("+ zero") \
