@@ -81,13 +81,13 @@ SHORT_ROW = 16  # below this many keys, softmax_last leaves torch's CPU kernel
 
 
 def softmax_last(x: Tensor) -> Tensor:
-    """``torch.softmax(x, dim=-1)``, the same values and gradient, faster on CPU for short rows.
+    """``torch.softmax(x, dim=-1)``: the same values and gradient up to rounding, faster on CPU for short rows.
 
     torch's CPU softmax kernel vectorises along the row, and a row shorter than one AVX-512 vector
     (16 floats) takes a path 3–5× slower than four whole-tensor ops: forward + backward of
-    (156, 4, 12, 12) fp32, 1 thread, took 2.3 ms against 0.5 ms; from 16 keys on torch's is faster
-    (``python bench/softmax_rows.py``). Multi30k's sentences are ~14 pieces long, so most of its
-    batches have rows that short.
+    (156, 4, 12, 12) fp32, 1 thread, beside a training run, took 2.3 ms against 0.5 ms; from 16 keys
+    on, torch's is faster (``python bench/softmax_rows.py``). Multi30k's sentences are ~14 pieces
+    long, so most of its batches have rows that short.
     """
     if x.device.type == "cpu" and x.size(-1) < SHORT_ROW:
         return _ShortRowSoftmax.apply(x)
