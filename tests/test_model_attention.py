@@ -156,6 +156,40 @@ def test_written_out_training_attention_equals_the_kernels():
     assert torch.equal(out, expected)
 
 
+
+def test_written_out_with_bf16_scores_rounds_q_k_products_to_bf16_and_the_trainer_accepts_it():
+    """``written_out(fp32_scores=False)`` (``train.attention_kernel = "written-bf16"``): Q Kᵀ stays in q's dtype,
+    so under bf16 the scores are rounded to bf16 before the fp32 softmax, and fp32 inputs give the fp32 path."""
+    from transduce.config import ConfigError, build
+    from transduce.model.attention import attention_written_out, written_out
+    from transduce.train.config import TrainConfig
+    from transduce.train.step import attention_kernel
+
+    q, k, v = (t.bfloat16() for t in qkv(T=6, S=6))
+    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    mask[0, ..., 4:] = False
+    scores_bf16 = (q @ k.transpose(-2, -1)).float() / math.sqrt(8)  # bf16 matmul, rounded once
+    expected = torch.softmax(scores_bf16.masked_fill(~mask, float("-inf")), -1).bfloat16() @ v
+    assert torch.equal(attention_written_out(q, k, v, mask, fp32_scores=False), expected)
+    assert not torch.equal(expected, attention_written_out(q, k, v, mask))  # the fp32-score path differs
+    q32, k32, v32 = qkv(T=6, S=6)
+    assert torch.equal(attention_written_out(q32, k32, v32, mask, fp32_scores=False),
+                       attention_written_out(q32, k32, v32, mask))
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(24, 3, self_attention=True).eval()
+    x = torch.randn(2, 6, 24)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with written_out():
+            fp32_scores = layer(x, mask=mask).float()
+        with attention_kernel(torch.device("cpu"), "written-bf16"):
+            bf16_scores = layer(x, mask=mask).float()
+    assert not torch.equal(bf16_scores, fp32_scores)
+    torch.testing.assert_close(bf16_scores, fp32_scores, atol=3e-2, rtol=3e-2)
+    config = {"data": "d", "out": "o", "attention_kernel": "written-bf16"}
+    assert build(TrainConfig, config).attention_kernel == "written-bf16"
+    with pytest.raises(ConfigError, match="attention_kernel"):
+        build(TrainConfig, {**config, "attention_kernel": "written-fp8"})
+
 @pytest.mark.parametrize("T", [5, 12, 15, 16, 24])
 def test_softmax_last_matches_torch_values_and_gradients_with_masked_keys(T):
     """Short rows take the whole-tensor path (below SHORT_ROW keys), long ones torch's kernel: both give

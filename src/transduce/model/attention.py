@@ -13,6 +13,8 @@ Two paths compute scaled dot-product attention:
   :func:`written_out` (the trainer's ``attention_kernel = "auto"`` there). At Multi30k's
   lengths (~17) SDPA's CPU math kernel upcasts and copies its bf16 inputs: paper-base shapes, 2
   threads, forward + backward of one layer's attention took 26 ms in it and 17 ms written out.
+  ``written_out(fp32_scores=False)`` (``attention_kernel = "written-bf16"``) leaves Q Kᵀ in the
+  autocast dtype, as Hugging Face's eager attention does, and saves the casts of q and k.
 
 Incremental decoding on CPU uses the reference formula: with one query per row (self-attention) or
 one per beam (encoder–decoder attention) the fused CPU kernel's set-up outweighs its work. Measured
@@ -106,13 +108,14 @@ def _softmax_and_mix(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: fl
     return torch.matmul(weights, v), weights  # (B, h, T_q, d_v)
 
 
-_WRITTEN_OUT = contextvars.ContextVar("transduce_attention_written_out", default=False)
+# None: not inside written_out(); else whether its scores are fp32
+_WRITTEN_OUT = contextvars.ContextVar("transduce_attention_written_out", default=None)
 
 
 @contextlib.contextmanager
-def written_out():
+def written_out(fp32_scores: bool = True):
     """Within this context full-sequence attention (training, encoding) uses :func:`attention_written_out`."""
-    token = _WRITTEN_OUT.set(True)
+    token = _WRITTEN_OUT.set(fp32_scores)
     try:
         yield
     finally:
@@ -120,11 +123,15 @@ def written_out():
 
 
 def attention_written_out(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None,
-                          dropout: float = 0.0) -> Tensor:
+                          dropout: float = 0.0, fp32_scores: bool = True) -> Tensor:
     """:func:`attention_reference`'s formula with the scores Q Kᵀ computed in fp32 (as SDPA's math
-    kernel does) whatever the autocast dtype; softmax in fp32, the weights mix V in V's dtype.
+    kernel does) whatever the autocast dtype, or in q's dtype with ``fp32_scores=False``; softmax in
+    fp32, the weights mix V in V's dtype.
     q (B, h, T_q, d_k), k/v (B, h, T_k, d_k) -> (B, h, T_q, d_k)."""
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    if not fp32_scores:
+        scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale  # (B, h, T_q, T_k), rounded to q's dtype
+        return _softmax_and_mix(scores, v, mask, dropout)[0]
     with torch.autocast(q.device.type, enabled=False):
         scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale  # (B, h, T_q, T_k) fp32
     return _softmax_and_mix(scores, v, mask, dropout)[0]
@@ -215,7 +222,8 @@ class MultiHeadAttention(nn.Module):
         ``step``: an incremental-decoding step, which takes the reference formula on CPU (module docstring).
         """
         p = self.dropout if self.training else 0.0
-        written = self.record is None and self.kind != "additive" and not step and _WRITTEN_OUT.get()
+        fp32_scores = _WRITTEN_OUT.get()
+        written = self.record is None and self.kind != "additive" and not step and fp32_scores is not None
         if is_causal and (self.record is not None or self.kind == "additive" or written):
             T_q, T_k = q.size(-2), k.size(-2)
             mask = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(T_k - T_q)
@@ -225,7 +233,7 @@ class MultiHeadAttention(nn.Module):
         elif self.record is not None or (step and q.device.type == "cpu"):
             out, weights = attention_reference(q, k, v, mask, self.scale, p)
         elif written:
-            out, weights = attention_written_out(q, k, v, mask, self.scale, p), None
+            out, weights = attention_written_out(q, k, v, mask, self.scale, p, fp32_scores), None
         else:
             out, weights = attention_fast(q, k, v, mask, self.scale, p, is_causal), None
         if self.record is not None:

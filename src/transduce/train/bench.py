@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--plain-dropout", action="store_true", help="keep nn.Dropout (compare with FastDropout)")
     p.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"])
-    p.add_argument("--sdpa", default="auto", choices=["auto", "written", "default", "math"])
+    p.add_argument("--sdpa", default="auto", choices=["auto", "written", "written-bf16", "default", "math"])
     p.add_argument("--rdrop-alpha", type=float, default=0.0, help="R-Drop (each batch twice + alpha x KL)")
     p.add_argument("--mutual-alpha", type=float, default=0.0,
                    help="mutual learning (a second model of its own initialisation + alpha x KL)")

@@ -66,8 +66,9 @@ class TrainConfig:
     dropout_ramp: list[float] | None = None
     # attention in training: "auto" = the written-out formula with fp32 scores on CPU (model/attention.py:
     # faster than SDPA's kernels for short sentences, forward + backward) and PyTorch's SDPA choice on CUDA;
-    # "written", or an SDPA kernel by name
-    attention_kernel: Literal["auto", "written", "math", "flash", "efficient", "default"] = "auto"
+    # "written", "written-bf16" (Q K^T in the autocast dtype, not fp32: fewer casts, less precise scores), or an
+    # SDPA kernel by name
+    attention_kernel: Literal["auto", "written", "written-bf16", "math", "flash", "efficient", "default"] = "auto"
     # length of the run
     max_steps: int = 100_000
     max_epochs: int | None = None

@@ -64,15 +64,16 @@ class UpdateStats:
 def attention_kernel(device: torch.device, name: str = "auto"):
     """Context choosing the attention kernel: "auto" = the written-out formula on CPU
     (:func:`~transduce.model.attention.written_out`), PyTorch's SDPA choice elsewhere; "default" =
-    PyTorch's SDPA choice; "math", "flash", "efficient" = that SDPA kernel; "written" = written out."""
+    PyTorch's SDPA choice; "math", "flash", "efficient" = that SDPA kernel; "written" = written out;
+    "written-bf16" = written out with Q Kᵀ left in the autocast dtype (bf16 scores under bf16)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from ..model.attention import written_out
 
     if name == "auto":
         name = "written" if device.type == "cpu" else "default"
-    if name == "written":
-        return written_out()
+    if name in ("written", "written-bf16"):
+        return written_out(fp32_scores=name == "written")
     kernels = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION}
     return sdpa_kernel(kernels[name]) if name in kernels else contextlib.nullcontext()
 
