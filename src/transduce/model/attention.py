@@ -9,7 +9,7 @@ Two paths compute scaled dot-product attention:
   (used for visualisation, additive attention and as the test oracle);
 * :func:`attention_fast` — ``torch.nn.functional.scaled_dot_product_attention``,
   the fused kernel used for training, encoding, and decoding on GPU;
-* :func:`attention_written_out` — the formula with fp32 scores, for training on CPU inside
+* :func:`attention_written_out` — the formula with fp32 scores and :func:`softmax_last`, for training on CPU inside
   :func:`written_out` (the trainer's ``attention_kernel = "auto"`` there). At Multi30k's
   lengths (~17) SDPA's CPU math kernel upcasts and copies its bf16 inputs: paper-base shapes, 2
   threads, forward + backward of one layer's attention took 26 ms in it and 17 ms written out.
@@ -96,11 +96,15 @@ def softmax_last(x: Tensor) -> Tensor:
     return torch.softmax(x, dim=-1)
 
 
-def _softmax_and_mix(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float) -> tuple[Tensor, Tensor]:
+def _softmax_and_mix(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float,
+                     short_rows: bool = False) -> tuple[Tensor, Tensor]:
+    """``short_rows``: :func:`softmax_last` (training), else ``torch.softmax``, whose rounding the C++
+    decoder step reproduces bit for bit (``decode/native_step.cpp``)."""
     safe, empty = _guard_empty_rows(mask)
     if safe is not None:
         scores = scores.masked_fill(~safe, float("-inf"))
-    weights = softmax_last(scores.float()).to(v.dtype)  # (B, h, T_q, T_k)
+    softmax = softmax_last if short_rows else lambda x: torch.softmax(x, dim=-1)
+    weights = softmax(scores.float()).to(v.dtype)  # (B, h, T_q, T_k)
     if empty is not None:
         weights = weights.masked_fill(empty, 0.0)
     if dropout > 0.0:
@@ -131,10 +135,10 @@ def attention_written_out(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None =
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     if not fp32_scores:
         scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale  # (B, h, T_q, T_k), rounded to q's dtype
-        return _softmax_and_mix(scores, v, mask, dropout)[0]
+        return _softmax_and_mix(scores, v, mask, dropout, short_rows=True)[0]
     with torch.autocast(q.device.type, enabled=False):
         scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale  # (B, h, T_q, T_k) fp32
-    return _softmax_and_mix(scores, v, mask, dropout)[0]
+    return _softmax_and_mix(scores, v, mask, dropout, short_rows=True)[0]
 
 
 def attention_fast(
