@@ -59,6 +59,7 @@ def worker(rank: int, port: int, data_dir, out) -> None:
                 out.put(((optimizer, micro), rank, u, torch.equal(gathered[0], gathered[1])))
             if rank == 0:  # numpy: no shared memory to outlive the process
                 out.put(((optimizer, micro), "weights", {k: v.numpy().copy() for k, v in model.state_dict().items()}))
+            stepper.close()  # no DDP reducer may outlive the process group: gloo aborts the process at exit
     finally:
         dist.destroy_process_group()
 
