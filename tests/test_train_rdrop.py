@@ -132,3 +132,57 @@ def test_rdrop_from_is_checked_and_its_switch_is_logged(data_dir, tmp_path, caps
     out = capsys.readouterr().out
     assert "R-Drop waits until 50% of the budget" in out
     assert "update 5 (50.0% of the budget): R-Drop from here" in out  # 4 of 8 updates done
+
+
+def test_cutoff_mask_spares_the_first_copy_and_padding():
+    torch.manual_seed(0)
+    ids = torch.randint(1, 40, (2 * 400, 30))
+    ids[:, 25:] = 0  # padding
+    torch.manual_seed(1)
+    cut = step_module.cutoff_mask(ids, 400, 0.25, pad_id=0)
+    assert cut.shape == ids.shape and cut.dtype == torch.bool
+    assert not cut[:400].any() and not cut[:, 25:].any()
+    rate = cut[400:, :25].float().mean().item()  # 10,000 draws: the standard error is 0.004
+    assert rate == pytest.approx(0.25, abs=0.02)
+    torch.manual_seed(1)
+    assert torch.equal(step_module.cutoff_mask(ids, 400, 0.25, pad_id=0), cut)  # seeded: the same choice
+
+
+def test_a_cut_token_keeps_its_position_encoding_alone():
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=40, dropout=0.0)).eval()
+    ids = torch.randint(4, 40, (2, 6))
+    cut = torch.zeros(2, 6, dtype=torch.bool)
+    cut[0, 2] = cut[1, 0] = True
+    plain, cutoff = model.src_embed(ids), model.src_embed(ids, cut=cut)
+    positions = model.src_embed.positions(6)  # (6, d_model)
+    torch.testing.assert_close(cutoff[0, 2], positions[2])
+    torch.testing.assert_close(cutoff[1, 0], positions[0])
+    torch.testing.assert_close(cutoff[~cut], plain[~cut])  # every other position as before
+
+
+def test_cutoff_makes_the_copies_differ_without_dropout():
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(4, 40, (3, 7), generator=g)
+    tgt = torch.cat([torch.full((3, 1), 2), torch.randint(4, 40, (3, 6), generator=g)], 1)
+    batch = _Batch(src, tgt)
+    _, rdrop = _stepper(5.0, 0.0)  # no dropout: identical copies, so no KL
+    _, simcut = _stepper(5.0, 0.0)
+    simcut.loss.cutoff = 0.3
+    torch.manual_seed(5)
+    same, cut = rdrop.update([batch], 1), simcut.update([batch], 1)
+    assert cut.tokens == same.tokens
+    assert cut.loss > same.loss  # the cut copy predicts otherwise: its loss and the KL term rise
+    with pytest.raises(ValueError, match="needs rdrop_alpha > 0"):
+        step_module.TrainingLoss(Transformer(ModelConfig.preset("tiny", vocab_size=40)), torch.device("cpu"),
+                                 "fp32", 0.1, 0, cutoff=0.1)
+
+
+def test_cutoff_is_checked_and_logged(data_dir, tmp_path, capsys):  # noqa: F811
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", rdrop_alpha=1.0, cutoff=0.1, max_steps=2)
+    with pytest.raises(ConfigError, match=r"key 'cutoff': must be a probability in \[0, 1\)"):
+        load_config(config, ["cutoff=1.0"])
+    with pytest.raises(ConfigError, match="key 'cutoff'.*set rdrop_alpha > 0"):
+        load_config(config, ["rdrop_alpha=0.0"])
+    train_in_process(config)
+    assert "R-Drop's second copy loses 10% of its source and decoder-input token embeddings" in capsys.readouterr().out

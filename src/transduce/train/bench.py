@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"])
     p.add_argument("--sdpa", default="auto", choices=["auto", "written", "written-bf16", "default", "math"])
     p.add_argument("--rdrop-alpha", type=float, default=0.0, help="R-Drop (each batch twice + alpha x KL)")
+    p.add_argument("--cutoff", type=float, default=0.0, help="token cutoff on R-Drop's second copy (SimCut)")
     p.add_argument("--mutual-alpha", type=float, default=0.0,
                    help="mutual learning (a second model of its own initialisation + alpha x KL)")
     p.add_argument("--passes", type=int, default=1,
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
                            foreach=args.adam == "foreach")
     stepper = Stepper(model, opt, Schedule("rsqrt", 4000, cfg.d_model), device=torch.device("cpu"),
                       dtype=args.dtype, label_smoothing=cfg.label_smoothing, kernel=args.sdpa,
-                      rdrop_alpha=args.rdrop_alpha, peer=peer, mutual_alpha=args.mutual_alpha)
+                      rdrop_alpha=args.rdrop_alpha, peer=peer, mutual_alpha=args.mutual_alpha,
+                      cutoff=args.cutoff)
     batches = TokenBatches(data.split("train"), args.max_tokens, seed=1).epoch(1)
     for i in range(args.warmup):
         stepper.update([batches[i]], i + 1)

@@ -59,6 +59,9 @@ class TrainConfig:
     # R-Drop starts once this fraction of the budget is used; before, each batch once (half the compute per
     # update, so twice the updates while the model still under-fits); 0 = from the start
     rdrop_from: float = 0.0
+    # token cutoff (SimCut, Gao et al., 2022): R-Drop's second copy loses this fraction of its source and
+    # decoder-input token embeddings (zeroed, positions kept); needs rdrop_alpha > 0; 0 = off
+    cutoff: float = 0.0
     # mutual learning: two models (RUN_DIR/model and RUN_DIR/peer-model) trained side by side on each batch, each
     # with its smoothed loss, + alpha x their symmetric KL; decoded as an ensemble; 0 = off (one model)
     mutual_alpha: float = 0.0
@@ -114,6 +117,9 @@ class TrainConfig:
               f"must be a fraction of the budget in [0, 1) (0 = from the start), got {self.rdrop_from}")
         check(self.rdrop_from == 0 or self.rdrop_alpha > 0, "rdrop_from",
               f"{self.rdrop_from} delays R-Drop, which is off: set rdrop_alpha > 0 too")
+        check(0 <= self.cutoff < 1, "cutoff", f"must be a probability in [0, 1) (0 = off), got {self.cutoff}")
+        check(self.cutoff == 0 or self.rdrop_alpha > 0, "cutoff",
+              f"{self.cutoff} cuts tokens from R-Drop's second copy, and R-Drop is off: set rdrop_alpha > 0 too")
         check(self.mutual_alpha >= 0, "mutual_alpha", f"must be non-negative (0 = off), got {self.mutual_alpha}")
         check(not (self.mutual_alpha > 0 and self.rdrop_alpha > 0), "mutual_alpha",
               "does not combine with rdrop_alpha (both score two copies of each batch): set one of them to 0")

@@ -85,6 +85,17 @@ def autocast(device: torch.device, dtype: str):
     return torch.autocast(device.type, dtype=AUTOCAST[dtype])
 
 
+def cutoff_mask(ids: torch.Tensor, first: int, p: float, pad_id: int) -> torch.Tensor:
+    """Token cutoff's choice (Shen et al., 2020; SimCut, Gao et al., 2022): ids (2B, T) -> (2B, T) bool.
+
+    Each real token of the rows from ``first`` on is chosen with probability ``p``; rows before ``first``
+    (R-Drop's first copy) and padding never are. Draws from torch's generator, so a seeded run repeats it.
+    """
+    cut = torch.rand(ids.shape, device=ids.device) < p  # (2B, T)
+    cut[:first] = False
+    return cut & (ids != pad_id)
+
+
 class TrainingLoss(nn.Module):
     """The model (and its peer, under mutual learning) plus the loss, one module so DistributedDataParallel
     sees the whole forward.
@@ -98,14 +109,21 @@ class TrainingLoss(nn.Module):
     under independent dropout masks) or with a ``peer`` (mutual learning: the model and its peer, a second
     Transformer of its own initialisation); either way the loss is both copies' smoothed losses plus α times
     their symmetric KL (:class:`~transduce.train.loss.ProjectedPairLoss`).
+
+    ``cutoff`` > 0 (R-Drop only) is SimCut: R-Drop's second copy also loses a ``cutoff`` fraction of its
+    source and decoder-input token embeddings (:func:`cutoff_mask`), so the KL term asks the model to
+    predict the same with and without them.
     """
 
     def __init__(self, model: nn.Module, device: torch.device, dtype: str, epsilon: float, pad_id: int,
                  kernel: str = "auto", rdrop_alpha: float = 0.0, peer: nn.Module | None = None,
-                 mutual_alpha: float = 0.0):
+                 mutual_alpha: float = 0.0, cutoff: float = 0.0):
         super().__init__()
         if peer is not None and rdrop_alpha > 0:
             raise ValueError("R-Drop (rdrop_alpha) and mutual learning (mutual_alpha) do not combine: use one")
+        if cutoff > 0 and rdrop_alpha <= 0:
+            raise ValueError("token cutoff (cutoff) perturbs R-Drop's second copy: it needs rdrop_alpha > 0")
+        self.cutoff = cutoff
         self.model, self.device, self.dtype, self.epsilon, self.pad_id = model, device, dtype, epsilon, pad_id
         self.kernel, self.rdrop_alpha, self.peer, self.mutual_alpha = kernel, rdrop_alpha, peer, mutual_alpha
         self.rdrop_on = True  # False while train.rdrop_from holds R-Drop back (Stepper.update sets it)
@@ -126,10 +144,15 @@ class TrainingLoss(nn.Module):
         keep = labels != self.pad_id  # (B, T-1)
         mutual = self.peer is not None and self.model.training  # the peer scores the second copy
         rdrop = self.copies == 2 and not mutual  # the model scores both
+        cut = None
         if rdrop:  # R-Drop: every sentence twice in one batch, under independent dropout masks
             src, tgt = torch.cat([src, src]), torch.cat([tgt, tgt])  # (2B, S), (2B, T)
+            if self.cutoff > 0:  # SimCut: the second copy also loses some token embeddings
+                b = labels.size(0)
+                cut = (cutoff_mask(src, b, self.cutoff, self.pad_id),
+                       cutoff_mask(tgt[:, :-1], b, self.cutoff, self.pad_id))  # (2B, S), (2B, T-1)
         with autocast(self.device, self.dtype), attention_kernel(self.device, self.kernel):
-            h = self.model.hidden(src, tgt[:, :-1])  # (copies·B, T-1, d_model) for R-Drop, else (B, T-1, d_model)
+            h = self.model.hidden(src, tgt[:, :-1], cut)  # (copies·B, T-1, d_model) for R-Drop, else (B, T-1, d_model)
             h_peer = self.peer.hidden(src, tgt[:, :-1]) if mutual else None  # (B, T-1, d_model)
         rows = 64 if self.device.type == "cpu" else 8192  # CPU: blocks that stay in cache; GPU: few launches
         dtype, y = AUTOCAST.get(self.dtype, torch.float32), labels[keep]
@@ -158,11 +181,12 @@ class Stepper:
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *,
                  device: torch.device, dtype: str = "fp32", label_smoothing: float = 0.1, pad_id: int = 0,
                  clip_norm: float = 0.0, ctx: Dist = Dist(), kernel: str = "auto", rdrop_alpha: float = 0.0,
-                 peer: nn.Module | None = None, mutual_alpha: float = 0.0, rdrop_from: float = 0.0):
+                 peer: nn.Module | None = None, mutual_alpha: float = 0.0, rdrop_from: float = 0.0,
+                 cutoff: float = 0.0):
         if dtype == "fp16" and device.type != "cuda":
             raise ValueError("key 'dtype': 'fp16' needs a CUDA device (use 'bf16' on CPU)")
         self.loss = TrainingLoss(model, device, dtype, label_smoothing, pad_id, kernel, rdrop_alpha, peer,
-                                 mutual_alpha)
+                                 mutual_alpha, cutoff)
         self.model = wrap(self.loss, ctx, device)
         self.optimizer, self.schedule = optimizer, schedule
         self.device, self.dtype, self.ctx, self.clip_norm = device, dtype, ctx, clip_norm

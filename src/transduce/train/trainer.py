@@ -95,7 +95,7 @@ class Trainer:
                                device=self.device, dtype=cfg.dtype, label_smoothing=model_cfg.label_smoothing,
                                pad_id=model_cfg.pad_id, clip_norm=cfg.clip_norm, ctx=self.ctx,
                                kernel=cfg.attention_kernel, rdrop_alpha=cfg.rdrop_alpha, peer=self.peer,
-                               mutual_alpha=cfg.mutual_alpha, rdrop_from=cfg.rdrop_from)
+                               mutual_alpha=cfg.mutual_alpha, rdrop_from=cfg.rdrop_from, cutoff=cfg.cutoff)
         self.batches = TokenBatches(data.split(cfg.train_split), cfg.max_tokens, seed=cfg.seed, shuffle=True,
                                     rank=self.ctx.rank, world_size=self.ctx.world_size)
         self.forward_batches, self.both_batches = self.batches, None  # BiT: the doubled split's batches
@@ -303,6 +303,9 @@ class Trainer:
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         start, last_save = time.perf_counter() - self.elapsed, time.perf_counter()
         saved_step, finished = self.step, False
+        if cfg.cutoff > 0:
+            log.message(f"token cutoff (train.cutoff): R-Drop's second copy loses {cfg.cutoff:.0%} of its source "
+                        "and decoder-input token embeddings")
         held = cfg.rdrop_from > 0 and self.progress() < cfg.rdrop_from  # R-Drop waits (train.rdrop_from)
         if held:
             log.message(f"R-Drop waits until {cfg.rdrop_from:.0%} of the budget (train.rdrop_from): "
