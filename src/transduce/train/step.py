@@ -152,7 +152,8 @@ class TrainingLoss(nn.Module):
                 cut = (cutoff_mask(src, b, self.cutoff, self.pad_id),
                        cutoff_mask(tgt[:, :-1], b, self.cutoff, self.pad_id))  # (2B, S), (2B, T-1)
         with autocast(self.device, self.dtype), attention_kernel(self.device, self.kernel):
-            h = self.model.hidden(src, tgt[:, :-1], cut)  # (copies·B, T-1, d_model) for R-Drop, else (B, T-1, d_model)
+            inputs = (src, tgt[:, :-1]) if cut is None else (src, tgt[:, :-1], cut)  # bench peers: no cut
+            h = self.model.hidden(*inputs)  # (copies·B, T-1, d_model) for R-Drop, else (B, T-1, d_model)
             h_peer = self.peer.hidden(src, tgt[:, :-1]) if mutual else None  # (B, T-1, d_model)
         rows = 64 if self.device.type == "cpu" else 8192  # CPU: blocks that stay in cache; GPU: few launches
         dtype, y = AUTOCAST.get(self.dtype, torch.float32), labels[keep]
