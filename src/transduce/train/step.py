@@ -91,8 +91,8 @@ def cutoff_mask(ids: torch.Tensor, first: int, p: float, pad_id: int) -> torch.T
     Each real token of the rows from ``first`` on is chosen with probability ``p``; rows before ``first``
     (R-Drop's first copy) and padding never are. Draws from torch's generator, so a seeded run repeats it.
     """
-    cut = torch.rand(ids.shape, device=ids.device) < p  # (2B, T)
-    cut[:first] = False
+    cut = torch.zeros_like(ids, dtype=torch.bool)  # (2B, T)
+    cut[first:] = torch.rand(ids[first:].shape, device=ids.device) < p  # draws for the cut rows only
     return cut & (ids != pad_id)
 
 
