@@ -36,7 +36,7 @@ def _sources() -> torch.Tensor:
 
 
 @pytest.mark.parametrize("overrides", [dict(), dict(norm="pre"), dict(positions="learned", tie_embeddings="none"),
-                                       dict(attention="dot")])
+                                       dict(attention="dot"), dict(activation="gelu")])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_native_step_equals_python_step(overrides, dtype):
     model = _random_model(**overrides).to(dtype)
@@ -161,6 +161,24 @@ def test_int8_step_approximates_fp32_as_closely_as_python_int8(tiny_model_dir):
     assert agree(ours) >= agree(python_int8), (agree(ours), agree(python_int8))
 
 
+def test_int8_step_follows_the_models_activation():
+    """A GELU model's int8 step (encoder and decoder loops) tracks fp32 GELU, not fp32 ReLU over the same weights."""
+    gelu = _random_model(activation="gelu")
+    with torch.no_grad():
+        for p in gelu.parameters():
+            p.mul_(0.3)  # a well-conditioned stack, as test_int8_encoder_approximates_fp32
+    relu = Transformer(ModelConfig(**{**gelu.config.to_dict(), "activation": "relu"})).eval()
+    relu.load_state_dict(gelu.state_dict())
+    src = _sources()
+    ref = _step_log_probs(gelu, src, 6)
+    feed = [lp.argmax(-1) for lp in ref]
+    ours = _step_log_probs(native.native_step(gelu, int8=True), src, 6, feed)
+    other = _step_log_probs(relu, src, 6, feed)
+    err = max((a - b).abs().max().item() for a, b in zip(ours, ref))
+    apart = max((a - b).abs().max().item() for a, b in zip(other, ref))
+    assert 0 < err < apart / 4, (err, apart)
+
+
 def test_translator_int8_native(tiny_model_dir):
     lines = read_multi30k("test_2016_flickr", "en", 24)
     fast = load(tiny_model_dir, dtype="int8", native=True)
@@ -228,7 +246,7 @@ def test_int8_candidates_match_aten_candidates():
             assert (ours[2][torch.isin(picked, forced)] == 2).all()
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(norm="pre", d_model=36, n_heads=4)])
+@pytest.mark.parametrize("overrides", [dict(), dict(norm="pre", d_model=36, n_heads=4), dict(activation="gelu")])
 def test_int8_encoder_approximates_fp32(overrides):
     """The C++ int8 encoder and encoder-decoder keys/values stay within int8 rounding of fp32's
     (d_model 36, 4 heads: d_k = 9 runs the loops' scalar tails; pre-norm adds the final norms)."""

@@ -17,6 +17,7 @@ from transduce.cli import main
 from transduce.config import ConfigError
 from transduce.data.vocab import Vocab, Vocabs
 from transduce.interop import marian
+from transduce.interop.ctranslate2 import export_ctranslate2
 from transduce.interop.marian import export_marian, import_marian
 from transduce.model import ModelConfig, Transformer
 from transduce.modeldir import load_model_dir
@@ -212,6 +213,37 @@ def test_ctranslate2_export_scores_and_greedy_match(fitted, corpus, tmp_path):
         assert torch.allclose(torch.tensor(res.log_probs), expect, atol=1e-4)
 
 
+def test_gelu_models_export_to_both_with_equal_scores(fitted, corpus, tmp_path):
+    """A GELU feed-forward (model.activation) is MarianMT's "gelu" and CTranslate2's Activation.GELU: the same
+    logits in all three and back through import. The fitted weights under GELU make a model that differs from
+    the ReLU one, so a toolkit that kept ReLU would disagree."""
+    relu, vocabs, _ = fitted
+    model = Transformer(ModelConfig(**{**relu.config.to_dict(), "activation": "gelu"})).eval()
+    model.load_state_dict(relu.state_dict())
+    val, de = corpus[2], corpus[1]
+    src = pad([vocabs.src.encode(s) + [3] for s in val[:6]])
+    tgt = pad([[2] + vocabs.tgt.encode(s) for s in de[:6]])
+    with torch.no_grad():
+        ours, theirs_relu = model(src, tgt), relu(src, tgt)
+    assert (ours - theirs_relu).abs().max() > 0.01
+
+    export_marian(model, vocabs, tmp_path / "hf")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["activation_function"] == "gelu"
+    assert (ours - hf_logits(load_hf(tmp_path / "hf"), src, tgt)).abs().max() < 1e-4
+    back, _, _ = import_marian(tmp_path / "hf")
+    assert back.config.activation == "gelu"
+
+    export_ctranslate2(model, vocabs, tmp_path / "ct2")
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    ids = [vocabs.tgt.encode(s) for s in de[:6]]
+    scored = translator.score_batch([vocabs.src.pieces(vocabs.src.encode(s)) for s in val[:6]],
+                                    [vocabs.tgt.pieces(t) for t in ids])
+    for i, (t, res) in enumerate(zip(ids, scored)):
+        logp = ours[i, :len(t) + 1].log_softmax(-1)  # (T, V)
+        expect = logp[torch.arange(len(t) + 1), torch.tensor(t + [3])]
+        assert torch.allclose(torch.tensor(res.log_probs), expect, atol=1e-4)
+
+
 def test_ctranslate2_int8_export_runs(fitted, corpus, tmp_path):
     _, vocabs, model_dir = fitted
     out = tmp_path / "ct2-int8"
@@ -245,7 +277,7 @@ def test_bad_inputs_are_named(fitted, tmp_path, capsys):
     with pytest.raises(ConfigError, match="vocab.json and the weights do not match"):
         import_marian(tmp_path / "hf2")
     (tmp_path / "hf2" / "vocab.json").write_text(json.dumps(vocab))
-    (tmp_path / "hf2" / "config.json").write_text(json.dumps({**cfg, "activation_function": "gelu"}))
+    (tmp_path / "hf2" / "config.json").write_text(json.dumps({**cfg, "activation_function": "swish"}))
     with pytest.raises(ConfigError, match="activation_function"):
         import_marian(tmp_path / "hf2")
     (tmp_path / "hf2" / "config.json").write_text("{not json")

@@ -38,6 +38,7 @@ VARIANTS = [
     dict(attention="additive"),
     dict(attention_window=3),
     dict(tie_embeddings="none"),
+    dict(activation="gelu"),
 ]
 
 
@@ -203,6 +204,14 @@ def test_encoder_layer_computes_what_its_norm_claims(norm):
         expected = h + layer.ff(ln2(h))
     torch.testing.assert_close(layer(x, mask), expected)
     assert (model.encoder.final_norm is None) == (norm == "post")
+
+
+@pytest.mark.parametrize("activation, act", [("relu", F.relu), ("gelu", F.gelu)])
+def test_feed_forward_applies_the_configured_activation(activation, act):
+    """FFN(x) = act(x W1 + b1) W2 + b2 (§3.3 with ReLU; model.activation = "gelu" swaps in exact GELU)."""
+    ff = make(activation=activation).decoder.layers[1].ff
+    x = torch.randn(2, 5, 64)
+    torch.testing.assert_close(ff(x), F.linear(act(F.linear(x, ff.w1.weight, ff.w1.bias)), ff.w2.weight, ff.w2.bias))
 
 
 def test_dropout_on_embedding_sums_in_training_only():

@@ -107,10 +107,18 @@ inline void residual(bool pre_norm, float* x, float* scratch, const float* y, co
   }
 }
 
-// y (M, d) = W2 max(0, W1 x + b1) + b2 (§3.3); hidden (M, d_ff) is scratch.
-inline void feed_forward(const float* x, int64_t M, const Weights& w1, const Weights& w2, float* hidden, float* y) {
+// y (M, d) = W2 max(0, W1 x + b1) + b2 (§3.3), or W2 GELU(W1 x + b1) + b2 with gelu (the exact
+// erf form, as torch's default); hidden (M, d_ff) is scratch.
+inline void feed_forward(const float* x, int64_t M, const Weights& w1, const Weights& w2, float* hidden, float* y,
+                         bool gelu) {
   gemm(x, M, w1, hidden);
-  for (int64_t i = 0; i < M * w1.out; ++i) hidden[i] = std::max(hidden[i], 0.0f);
+  if (gelu) {
+    for (int64_t i = 0; i < M * w1.out; ++i) {
+      hidden[i] = 0.5f * hidden[i] * (1.0f + std::erf(hidden[i] * 0.70710678f));  // x Φ(x)
+    }
+  } else {
+    for (int64_t i = 0; i < M * w1.out; ++i) hidden[i] = std::max(hidden[i], 0.0f);
+  }
   gemm(hidden, M, w2, y);
 }
 

@@ -146,7 +146,7 @@ def _encoder(ext, model: Transformer):
                        final.weight.detach() if final is not None else None,
                        final.bias.detach() if final is not None else None,
                        attn.n_heads, attn.scale, model.config.norm == "pre", model.config.layer_norm_eps,
-                       model.config.pad_id)
+                       model.config.pad_id, model.config.activation == "gelu")
 
 
 class NativeStep(nn.Module):
@@ -178,7 +178,8 @@ class NativeStep(nn.Module):
         self.decoder = ext.Decoder(maps, norms, linear(ext, model.generator), emb.token.weight.detach(), emb.scale,
                                    final.weight.detach() if final is not None else None,
                                    final.bias.detach() if final is not None else None,
-                                   attn.n_heads, attn.scale, model.config.norm == "pre", model.config.layer_norm_eps)
+                                   attn.n_heads, attn.scale, model.config.norm == "pre", model.config.layer_norm_eps,
+                                   model.config.activation == "gelu")
         self.encoder = _encoder(ext, model) if int8 else None
         if int8:
             from .translator import for_decoding

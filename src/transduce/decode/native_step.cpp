@@ -117,14 +117,15 @@ struct Decoder {
   c10::optional<Tensor> final_w, final_b;
   double embed_scale, attn_scale, eps;
   int64_t n_heads;
-  bool pre_norm;
+  bool pre_norm, gelu;  // gelu: the feed-forward's activation is GELU, else ReLU
 
   Decoder(std::vector<Linear> linears, std::vector<Tensor> norms, Linear generator, Tensor token_weight,
           double embed_scale, c10::optional<Tensor> final_w, c10::optional<Tensor> final_b, int64_t n_heads,
-          double attn_scale, bool pre_norm, double eps)
+          double attn_scale, bool pre_norm, double eps, bool gelu)
       : linears(std::move(linears)), norms(std::move(norms)), generator(std::move(generator)),
         token_weight(std::move(token_weight)), final_w(std::move(final_w)), final_b(std::move(final_b)),
-        embed_scale(embed_scale), attn_scale(attn_scale), eps(eps), n_heads(n_heads), pre_norm(pre_norm) {
+        embed_scale(embed_scale), attn_scale(attn_scale), eps(eps), n_heads(n_heads), pre_norm(pre_norm),
+        gelu(gelu) {
     TORCH_CHECK(this->linears.size() % LINEARS == 0 && this->norms.size() == this->linears.size() / LINEARS * NORMS,
                 "expected 6 linear maps and 6 norm tensors per layer, got ", this->linears.size(), " and ",
                 this->norms.size());
@@ -186,7 +187,8 @@ struct Decoder {
         return lin[3](a).reshape({N, 1, d});  // (N, 1, d)
       });
       x = residual(x, nrm[4], nrm[5], [&](const Tensor& h) {
-        return lin[5](at::relu(lin[4](h)));  // hidden (N, 1, d_ff)
+        Tensor hidden = lin[4](h);  // (N, 1, d_ff)
+        return lin[5](gelu ? at::gelu(hidden) : at::relu(hidden));
       });
     }
     if (final_w.has_value()) x = layer_norm(x, *final_w, *final_b, eps);
@@ -207,15 +209,15 @@ struct Encoder {
   c10::optional<Tensor> final_w, final_b;
   double embed_scale, attn_scale, eps;
   int64_t n_heads, pad_id;
-  bool pre_norm;
+  bool pre_norm, gelu;  // gelu: the feed-forward's activation is GELU, else ReLU
 
   Encoder(std::vector<Linear> linears, std::vector<Tensor> norms, std::vector<Linear> kv, Tensor token_weight,
           double embed_scale, c10::optional<Tensor> final_w, c10::optional<Tensor> final_b, int64_t n_heads,
-          double attn_scale, bool pre_norm, double eps, int64_t pad_id)
+          double attn_scale, bool pre_norm, double eps, int64_t pad_id, bool gelu)
       : linears(std::move(linears)), kv(std::move(kv)), norms(std::move(norms)),
         token_weight(std::move(token_weight).to(at::kFloat).contiguous()), final_w(std::move(final_w)),
         final_b(std::move(final_b)), embed_scale(embed_scale), attn_scale(attn_scale), eps(eps), n_heads(n_heads),
-        pad_id(pad_id), pre_norm(pre_norm) {
+        pad_id(pad_id), pre_norm(pre_norm), gelu(gelu) {
     TORCH_CHECK(this->linears.size() % 4 == 0 && this->norms.size() == this->linears.size(),
                 "expected 4 linear maps and 4 norm tensors per encoder layer");
     for (const Linear& l : this->linears) TORCH_CHECK(l.q, "the C++ encoder runs int8 maps only");
@@ -262,7 +264,7 @@ struct Encoder {
         });
         int8::gemm(ap, M, *lin[1].q, yp);
       });
-      residual(nrm + 2, [&](const float* in) { int8::feed_forward(in, M, *lin[2].q, *lin[3].q, fp, yp); });
+      residual(nrm + 2, [&](const float* in) { int8::feed_forward(in, M, *lin[2].q, *lin[3].q, fp, yp, gelu); });
     }
     if (final_w.has_value())
       int8::add_layer_norm(xp, nullptr, final_w->data_ptr<float>(), final_b->data_ptr<float>(), M, d, e);
@@ -338,7 +340,7 @@ std::vector<Tensor> Decoder::step_int8(const Tensor& tokens, const Tensor& posit
                             scale, ap);
       int8::gemm(ap, N, *lin[3].q, yp);
     });
-    residual(nrm + 4, [&](const float* in) { int8::feed_forward(in, N, *lin[4].q, *lin[5].q, fp, yp); });
+    residual(nrm + 4, [&](const float* in) { int8::feed_forward(in, N, *lin[4].q, *lin[5].q, fp, yp, gelu); });
   }
   if (final_w.has_value())
     int8::add_layer_norm(xp, nullptr, final_w->data_ptr<float>(), final_b->data_ptr<float>(), N, d, e);
@@ -436,10 +438,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("__call__", &Linear::operator(), "y = x Wᵀ + b over the last dimension");
   pybind11::class_<Encoder>(m, "Encoder")
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, std::vector<Linear>, Tensor, double,
-                          c10::optional<Tensor>, c10::optional<Tensor>, int64_t, double, bool, double, int64_t>())
+                          c10::optional<Tensor>, c10::optional<Tensor>, int64_t, double, bool, double, int64_t, bool>())
       .def("encode", &Encoder::encode, "the int8 encoder and the encoder-decoder keys/values");
   pybind11::class_<Decoder>(m, "Decoder")
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, Linear, Tensor, double, c10::optional<Tensor>,
-                          c10::optional<Tensor>, int64_t, double, bool, double>())
+                          c10::optional<Tensor>, int64_t, double, bool, double, bool>())
       .def("step", &Decoder::step, "one incremental Transformer decoder step");
 }

@@ -44,7 +44,7 @@ def build_spec(model: Transformer, vocabs: Vocabs):
     w = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers), cfg.n_heads, pre_norm=False,
-        activation=common_spec.Activation.RELU)
+        activation=common_spec.Activation.GELU if cfg.activation == "gelu" else common_spec.Activation.RELU)
     table = model.src_embed.positions.table.float().cpu().numpy()  # (max_positions, d_model), interleaved
 
     def linear(target, name: str) -> None:

@@ -204,7 +204,7 @@ def marian_config(cfg: ModelConfig) -> dict[str, Any]:
         "encoder_attention_heads": cfg.n_heads,
         "decoder_attention_heads": cfg.n_heads,
         "d_model": cfg.d_model,
-        "activation_function": "relu",
+        "activation_function": cfg.activation,  # HF's "gelu" is the exact erf form, as ours
         "dropout": cfg.dropout,
         "attention_dropout": cfg.attention_dropout,
         "activation_dropout": cfg.activation_dropout,
@@ -287,10 +287,12 @@ def config_from_marian(hf: dict[str, Any], where: str) -> tuple[dict[str, Any], 
     """
     if hf.get("model_type") != "marian":
         raise ConfigError(f"{where}: model_type is {hf.get('model_type')!r}, not 'marian' (not a MarianMT directory)")
-    expect = {"activation_function": "relu", "scale_embedding": True}
-    for key, value in expect.items():
-        if hf.get(key, value) != value:
-            raise ConfigError(f"{where}: key {key!r} is {hf.get(key)!r}; transduce imports only {value!r}")
+    if hf.get("scale_embedding", True) is not True:
+        raise ConfigError(f"{where}: key 'scale_embedding' is {hf.get('scale_embedding')!r}; "
+                          "transduce imports only True")
+    activation = hf.get("activation_function", "relu")
+    if activation not in ("relu", "gelu"):
+        raise ConfigError(f"{where}: key 'activation_function' is {activation!r}; transduce imports 'relu' or 'gelu'")
     for key in ("normalize_before", "normalize_embedding", "add_final_layer_norm"):
         if hf.get(key):
             raise ConfigError(f"{where}: key {key!r} is true; transduce imports post-norm Marian models only")
@@ -309,7 +311,7 @@ def config_from_marian(hf: dict[str, Any], where: str) -> tuple[dict[str, Any], 
         encoder_layers=hf["encoder_layers"], decoder_layers=hf["decoder_layers"], d_model=hf["d_model"],
         d_ff=hf["encoder_ffn_dim"], n_heads=hf["encoder_attention_heads"],
         dropout=float(hf.get("dropout", 0.1)), attention_dropout=float(hf.get("attention_dropout", 0.0)),
-        activation_dropout=float(hf.get("activation_dropout", 0.0)),
+        activation_dropout=float(hf.get("activation_dropout", 0.0)), activation=activation,
         max_positions=int(hf.get("max_position_embeddings", 1024)),
     )
     return fields, tie

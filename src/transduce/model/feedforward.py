@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
 
 class FeedForward(nn.Module):
-    """Two linear maps with a ReLU between, applied to each position alike.
+    """Two linear maps with an activation between, applied to each position alike.
 
-    ``activation_dropout`` (off in the paper presets) drops the hidden units.
+    ``activation``: ``"relu"`` (§3.3) or ``"gelu"`` (Hendrycks & Gimpel, 2016; the exact erf form,
+    as BERT and fairseq's ``--activation-fn gelu``). ``activation_dropout`` (off in the paper presets)
+    drops the hidden units.
     """
 
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0):
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
         self.w1 = nn.Linear(d_model, d_ff)
         self.w2 = nn.Linear(d_ff, d_model)
-        self.act = nn.ReLU()
+        self.act = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(activation_dropout) if activation_dropout > 0 else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:

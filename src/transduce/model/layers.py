@@ -39,7 +39,7 @@ class EncoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, self_attention=True,
                                             kind=cfg.attention, dropout=cfg.attention_dropout)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.res_attn = Residual(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
         self.res_ff = Residual(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
 
@@ -58,7 +58,7 @@ class DecoderLayer(nn.Module):
                                             kind=cfg.attention, dropout=cfg.attention_dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, self_attention=False,
                                              kind=cfg.attention, dropout=cfg.attention_dropout)
-        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.res_self = Residual(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
         self.res_cross = Residual(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
         self.res_ff = Residual(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
