@@ -106,7 +106,8 @@ def test_cli_native_flag(tiny_model_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("overrides, reason", [(dict(attention="additive"), "additive"),
-                                               (dict(attention_window=3), "attention_window")])
+                                               (dict(attention_window=3), "attention_window"),
+                                               (dict(activation="geglu"), "geglu")])
 def test_unsupported_configs_are_named(overrides, reason):
     model = _random_model(**overrides)
     assert reason in native.supports(model)

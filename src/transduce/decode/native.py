@@ -79,6 +79,8 @@ def supports(model: nn.Module) -> str | None:
         return "additive attention"
     if cfg.attention_window is not None:
         return "restricted self-attention (attention_window)"
+    if cfg.activation == "geglu":
+        return "a gated feed-forward (activation geglu)"
     for layer in model.decoder.layers:
         for module in (layer.self_attn.qkv_proj, layer.self_attn.out_proj, layer.cross_attn.q_proj,
                        layer.cross_attn.out_proj, layer.ff.w1, layer.ff.w2):
