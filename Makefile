@@ -27,8 +27,9 @@ $(STAMP): pyproject.toml
 	$(MAKE) --no-print-directory jemalloc
 	touch $@
 
-# jemalloc in the venv's lib/, where training finds it (src/transduce/allocator.py: CPU training is faster with
-# it than with glibc's malloc). Best effort, no root: the Debian package's file; elsewhere a message.
+# jemalloc in the venv's lib/, where training finds it (src/transduce/allocator.py: on CPUs with native bf16,
+# training is faster with it than with glibc's malloc). Best effort, no root: the Debian package's file;
+# elsewhere a message.
 jemalloc:
 	@if [ -f $(VENV)/lib/libjemalloc.so.2 ]; then exit 0; fi; \
 	tmp=$$(mktemp -d); \
@@ -37,7 +38,7 @@ jemalloc:
 	   && lib=$$(find $$tmp/x -name libjemalloc.so.2 | head -n 1) && [ -n "$$lib" ]; then \
 	  cp -L "$$lib" $(VENV)/lib/ && echo "jemalloc: $(VENV)/lib/libjemalloc.so.2 (from Debian's libjemalloc2)"; \
 	else \
-	  echo "jemalloc: not fetched (needs apt-get and dpkg); training uses glibc's malloc, slower:" \
+	  echo "jemalloc: not fetched (needs apt-get and dpkg); training uses glibc's malloc, slower on CPUs with native bf16:" \
 	       "install libjemalloc2 or set TRANSDUCE_JEMALLOC=/path/to/libjemalloc.so.2"; \
 	fi; \
 	rm -rf $$tmp

@@ -9,7 +9,11 @@ import sys
 import pytest
 
 from test_train_run import REPO, data_dir, write_config  # noqa: F401
-from transduce.allocator import find_jemalloc
+from transduce.allocator import choose, find_jemalloc, native_bf16_cpu
+
+AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\nprocessor\t: 1\nflags\t\t: fpu sse2 avx avx2 fma\n"
+AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+ZEN4 = "flags\t\t: fpu avx2 avx512f avx512_bf16\n"
 
 
 def _train(config, **env):
@@ -30,10 +34,29 @@ def test_find_jemalloc_honours_the_variable_and_names_a_missing_file(tmp_path):
     assert find_jemalloc({"TRANSDUCE_JEMALLOC": str(named)}) == named
 
 
-def test_training_runs_under_jemalloc_where_it_is_found_and_without_it_when_told(data_dir, tmp_path):  # noqa: F811
-    if find_jemalloc({}) is None:
+def test_jemalloc_is_chosen_only_on_cpus_with_native_bf16_unless_named(tmp_path):
+    assert not native_bf16_cpu(AVX2) and native_bf16_cpu(AMX) and native_bf16_cpu(ZEN4)
+    assert not native_bf16_cpu("")
+    named = tmp_path / "libjemalloc.so.2"
+    named.write_bytes(b"")
+    library, why = choose({}, AVX2)
+    assert library is None and "no native bf16" in why and "TRANSDUCE_JEMALLOC=" in why
+    assert choose({"TRANSDUCE_JEMALLOC": str(named)}, AVX2)[0] == named  # a named library: on any CPU
+    assert choose({"TRANSDUCE_JEMALLOC": "0"}, AMX) == (None, "TRANSDUCE_JEMALLOC=0")
+    assert choose({}, AMX)[0] == find_jemalloc({})  # bf16 CPU: the venv's or the system's, where there is one
+
+
+def test_training_runs_under_jemalloc_where_it_is_chosen_and_without_it_when_told(data_dir, tmp_path):  # noqa: F811
+    found = find_jemalloc({})
+    if found is None:
         pytest.skip("no libjemalloc.so.2 here (`make setup` fetches one on Debian-like systems)")
-    out = _train(write_config(tmp_path / "a.toml", data_dir, tmp_path / "a", max_steps=2))
+    default = _train(write_config(tmp_path / "d.toml", data_dir, tmp_path / "d", max_steps=2))
+    if native_bf16_cpu():
+        assert "allocator: jemalloc" in default
+    else:
+        assert "allocator: the C library's malloc (the CPU has no native bf16" in default
+    config = write_config(tmp_path / "a.toml", data_dir, tmp_path / "a", max_steps=2)
+    out = _train(config, TRANSDUCE_JEMALLOC=str(found))  # named: preloaded on any CPU
     assert "allocator: jemalloc" in out
     off = _train(write_config(tmp_path / "b.toml", data_dir, tmp_path / "b", max_steps=2), TRANSDUCE_JEMALLOC="0")
     assert "allocator: the C library's malloc" in off
@@ -44,4 +67,4 @@ def test_a_library_that_cannot_be_preloaded_is_tried_once_and_training_goes_on(d
     fake.write_text("not a shared library\n")
     out = _train(write_config(tmp_path / "c.toml", data_dir, tmp_path / "c", max_steps=2),
                  TRANSDUCE_JEMALLOC=str(fake))
-    assert "allocator: the C library's malloc" in out and "step 2/2" in out
+    assert f"allocator: the C library's malloc ({fake} could not be preloaded)" in out and "step 2/2" in out

@@ -1,15 +1,19 @@
-"""jemalloc for CPU training: the training commands re-run themselves with it preloaded, where it is found.
+"""jemalloc for CPU training: the training commands re-run themselves with it preloaded, on CPUs where it wins.
 
-PyTorch on CPU allocates every activation and gradient with the C library's ``malloc``. Under glibc's, a
-training process slows down as it runs: mutual learning under DDP started at 3.9k target tokens/s and fell
-to 2.6k by update 2,000; with jemalloc preloaded it held 4.2-4.6k where nothing else ran; the same 100 batches
-timed four times in a row ran 1.15-1.24x faster under jemalloc (README, "Which allocator trains").
+PyTorch on CPU allocates every activation and gradient with the C library's ``malloc``. On the CPUs with
+native bf16 (AVX-512-BF16 or AMX) glibc's slowed a training process down as it ran: mutual learning under DDP
+started at 3.9k target tokens/s and fell to 2.6k by update 2,000; with jemalloc preloaded it held 4.2-4.6k;
+the same 100 batches timed four times in a row ran 1.15-1.24x faster under jemalloc. On a 2-core AVX2 host
+training in fp32 it was the other way round, in a one-process bench, in 3-minute DDP runs and in an hour-long
+recipe run (README, "Which allocator trains"). So by default jemalloc is preloaded only where the CPU has
+native bf16.
 
 ``transduce train``, ``recipe`` and ``demo`` call :func:`reexec_with_jemalloc` first: if jemalloc is not
-loaded yet and a ``libjemalloc.so.2`` is found (``TRANSDUCE_JEMALLOC`` names one; ``make setup`` puts one in
-the virtual environment's ``lib/`` on Debian-like systems; else the system's), the process replaces itself
+loaded yet, is wanted (:func:`choose`) and a ``libjemalloc.so.2`` is found (``make setup`` puts one in the
+virtual environment's ``lib/`` on Debian-like systems; else the system's), the process replaces itself
 (``os.execve``, same PID, same arguments and environment) with ``LD_PRELOAD`` naming it. Child processes
-(torchrun's ranks) inherit it. ``TRANSDUCE_JEMALLOC=0`` turns this off.
+(torchrun's ranks) inherit it. ``TRANSDUCE_JEMALLOC=/path`` preloads that library on any CPU;
+``TRANSDUCE_JEMALLOC=0`` turns jemalloc off everywhere.
 """
 
 from __future__ import annotations
@@ -40,6 +44,42 @@ def find_jemalloc(environ: dict[str, str] | None = None) -> Path | None:
     return None
 
 
+def native_bf16_cpu(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU computes bf16 natively (AVX-512-BF16 or AMX-BF16), from /proc/cpuinfo's flags. Read
+    without importing torch, because this runs before the process re-executes itself. False where /proc
+    cannot be read."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def choose(environ: dict[str, str] | None = None, cpuinfo: str | None = None) -> tuple[Path | None, str]:
+    """The jemalloc library to preload, or None; and why, in words for the run's log.
+
+    ``TRANSDUCE_JEMALLOC=/path`` is always honoured and ``=0`` always refused; unset, jemalloc is looked for
+    only on a CPU with native bf16, the hosts where it was measured to train faster.
+    """
+    env = os.environ if environ is None else environ
+    named = env.get("TRANSDUCE_JEMALLOC", "")
+    if named == "0":
+        return None, "TRANSDUCE_JEMALLOC=0"
+    if not named and not native_bf16_cpu(cpuinfo):
+        return None, ("the CPU has no native bf16, where glibc's malloc trained faster than jemalloc; "
+                      "TRANSDUCE_JEMALLOC=/path/libjemalloc.so.2 preloads one anyway")
+    library = find_jemalloc(env)
+    if library is None:
+        return None, ("no libjemalloc.so.2 found; training runs faster with it here: `make setup` fetches it "
+                      "on Debian-like systems, or install libjemalloc2, or set TRANSDUCE_JEMALLOC=/path")
+    return library, f"TRANSDUCE_JEMALLOC={named}" if named else "the CPU has native bf16"
+
+
 def loaded() -> bool:
     """Whether jemalloc is mapped into this process (Linux; False where /proc cannot be read)."""
     try:
@@ -51,11 +91,12 @@ def loaded() -> bool:
 def reexec_with_jemalloc() -> None:
     """Replace this process by the same command with jemalloc preloaded, when it is found and not loaded.
 
-    Returns (doing nothing) when jemalloc is loaded, not found, turned off, or was already tried once.
+    Returns (doing nothing) when jemalloc is loaded, not wanted (:func:`choose`), not found, or was already
+    tried once.
     """
     if loaded() or os.environ.get("TRANSDUCE_JEMALLOC_TRIED"):
         return
-    library = find_jemalloc()
+    library, _ = choose()
     if library is None:
         return
     env = dict(os.environ)
@@ -70,5 +111,8 @@ def describe() -> str:
     """One line for a run's log: which allocator this process uses."""
     if loaded():
         return "allocator: jemalloc"
-    return ("allocator: the C library's malloc (training runs faster with jemalloc: `make setup` fetches it on "
-            "Debian-like systems, or install libjemalloc2, or set TRANSDUCE_JEMALLOC=/path/libjemalloc.so.2)")
+    library, why = choose()
+    if library is not None:
+        why = (f"{library} could not be preloaded" if os.environ.get("TRANSDUCE_JEMALLOC_TRIED") else
+               f"{library} is preloaded only when a training command runs as `transduce ...`")
+    return f"allocator: the C library's malloc ({why})"
