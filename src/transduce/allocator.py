@@ -61,7 +61,7 @@ def native_bf16_cpu(cpuinfo: str | None = None) -> bool:
 
 
 def choose(environ: dict[str, str] | None = None, cpuinfo: str | None = None) -> tuple[Path | None, str]:
-    """The jemalloc library to preload, or None; and why, in words for the run's log.
+    """The jemalloc library to preload and "", or None and why not, in words for the run's log.
 
     ``TRANSDUCE_JEMALLOC=/path`` is always honoured and ``=0`` always refused; unset, jemalloc is looked for
     only on a CPU with native bf16, the hosts where it was measured to train faster.
@@ -77,7 +77,7 @@ def choose(environ: dict[str, str] | None = None, cpuinfo: str | None = None) ->
     if library is None:
         return None, ("no libjemalloc.so.2 found; training runs faster with it here: `make setup` fetches it "
                       "on Debian-like systems, or install libjemalloc2, or set TRANSDUCE_JEMALLOC=/path")
-    return library, f"TRANSDUCE_JEMALLOC={named}" if named else "the CPU has native bf16"
+    return library, ""
 
 
 def loaded() -> bool:

@@ -38,9 +38,9 @@ from safetensors.torch import load_file, save_file
 from sentencepiece import sentencepiece_model_pb2 as spm_pb2
 
 from ..config import ConfigError
-from ..model.feedforward import GATED
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, Vocabs
 from ..model import ModelConfig, Transformer
+from ..model.feedforward import GATED
 
 WEIGHTS = "model.safetensors"
 SPECIALS = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
