@@ -17,8 +17,9 @@ LANG_TGT ?= de
 SEED ?= 1
 LOWERCASE ?= false
 # On a CPU without native bf16 (AVX-512-BF16 or AMX) training runs in fp32, about 5k updates in the hour
-# instead of 10k, and the config's BiT costs more than it gives: there `make multi30k` drops BiT and uses a
-# GELU feed-forward (attempts 50-55 in the README). FP32_RECIPE=auto decides from /proc/cpuinfo; true or
+# instead of 10k, and the config's BiT costs more than it gives: there `make multi30k` drops BiT, uses a
+# GELU feed-forward (attempts 50-55 in the README) and peak learning rate 0.004 (session 34's GPU sweep at
+# 5,000 updates, attempts 56-57). FP32_RECIPE=auto decides from /proc/cpuinfo; true or
 # false forces it.
 FP32_RECIPE ?= auto
 NATIVE_BF16 := $(shell grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null && echo true)
@@ -61,7 +62,7 @@ multi30k: $(STAMP)
 	$(VENV)/bin/transduce recipe configs/multi30k-en-de.toml --set prepare.tgt='"$(LANG_TGT)"' \
 		--set prepare.lowercase=$(LOWERCASE) --set recipe.seed=$(SEED) \
 		--set recipe.out='"runs/multi30k-en-$(LANG_TGT)$(if $(filter true,$(LOWERCASE)),-lc)$(if $(USE_FP32_RECIPE),-fp32)-seed$(SEED)"' \
-		$(if $(USE_FP32_RECIPE),--set train.bidirectional=0 --set train.diversify='"off"' --set model.activation='"gelu"')
+		$(if $(USE_FP32_RECIPE),--set train.bidirectional=0 --set train.diversify='"off"' --set model.activation='"gelu"' --set train.peak_lr=0.004)
 
 # Side-by-side benchmarks (issue 8): about an hour on an idle machine; not part of `make test`
 bench: $(STAMP)
