@@ -16,14 +16,9 @@ DEMO_MINUTES ?= 15
 LANG_TGT ?= de
 SEED ?= 1
 LOWERCASE ?= false
-# On a CPU without native bf16 (AVX-512-BF16 or AMX) training runs in fp32, about 5k updates in the hour
-# instead of 10k, and the config's BiT costs more than it gives: there `make multi30k` drops BiT, uses a
-# GELU feed-forward (attempts 50-55 in the README) and peak learning rate 0.004 (session 34's GPU sweep at
-# 5,000 updates, attempts 56-57). FP32_RECIPE=auto decides from /proc/cpuinfo; true or
-# false forces it.
-FP32_RECIPE ?= auto
-NATIVE_BF16 := $(shell grep -qw -e avx512_bf16 -e amx_bf16 /proc/cpuinfo 2>/dev/null && echo true)
-USE_FP32_RECIPE := $(if $(filter auto,$(FP32_RECIPE)),$(if $(NATIVE_BF16),,true),$(filter true,$(FP32_RECIPE)))
+# more `--set SECTION.KEY=VALUE` for `make multi30k`, e.g. ARGS="--set train.max_minutes=30". Where training
+# runs in fp32 (a CPU without native bf16), the config's [fp32] table adjusts the recipe by itself.
+ARGS ?=
 
 setup: $(STAMP)
 
@@ -61,8 +56,7 @@ demo: $(STAMP)
 multi30k: $(STAMP)
 	$(VENV)/bin/transduce recipe configs/multi30k-en-de.toml --set prepare.tgt='"$(LANG_TGT)"' \
 		--set prepare.lowercase=$(LOWERCASE) --set recipe.seed=$(SEED) \
-		--set recipe.out='"runs/multi30k-en-$(LANG_TGT)$(if $(filter true,$(LOWERCASE)),-lc)$(if $(USE_FP32_RECIPE),-fp32)-seed$(SEED)"' \
-		$(if $(USE_FP32_RECIPE),--set train.bidirectional=0 --set train.diversify='"off"' --set model.activation='"gelu"' --set train.peak_lr=0.004)
+		--set recipe.out='"runs/multi30k-en-$(LANG_TGT)$(if $(filter true,$(LOWERCASE)),-lc)-seed$(SEED)"' $(ARGS)
 
 # Side-by-side benchmarks (issue 8): about an hour on an idle machine; not part of `make test`
 bench: $(STAMP)

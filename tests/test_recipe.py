@@ -79,6 +79,7 @@ def test_recipe_runs_end_to_end_and_chooses_on_valid(raw, tmp_path, processes):
     assert set(sweep) == {"0.0", "0.6", "2.0"} and sweep[str(test["alpha"])] == max(sweep.values())
     assert saved["decode"]["alpha"] == test["alpha"] == saved["scores"][chosen]["valid"]["alpha"]
     assert (out / "model" / "config.toml").is_file() and results["chosen"] == chosen
+    assert saved["fp32_table"] == {}  # the recipe has no [fp32] table
     if processes == 2:  # BPE-dropout under torchrun: rank 0 samples the epoch's segmentation, rank 1 receives it
         assert list((out / "run" / "checkpoints").glob("step_*/subwords.safetensors"))
 
@@ -133,6 +134,54 @@ def test_recipe_rejects_unknown_keys_and_bad_values(raw, tmp_path):
     for bad in ("-1", "3"):  # beam 2
         with pytest.raises(ConfigError, match="'channel_candidates'"):
             load_recipe(path, [f"evaluate.channel_candidates={bad}"])
+
+
+def test_the_fp32_table_applies_where_training_runs_in_fp32_and_the_command_line_wins(raw, tmp_path, monkeypatch):
+    import transduce.train.step as step
+    from transduce.recipe import write_train_config
+
+    path = write_recipe(tmp_path / "r.toml", raw, tmp_path / "out", 1)  # [train] dtype = "bf16", peak_lr = 0.003
+    path.write_text(path.read_text() + '[fp32]\ntrain.peak_lr = 0.004\nmodel.activation = "gelu"\n')
+    bf16 = load_recipe(path)
+    assert bf16.train["peak_lr"] == 0.003 and "activation" not in bf16.model and bf16.fp32_applied == {}
+    assert bf16.fp32_why.startswith("[fp32] not applied: dtype bf16")
+    fp32 = load_recipe(path, ['train.dtype="fp32"'])
+    assert fp32.fp32_applied == {"train.peak_lr": 0.004, "model.activation": "gelu"}
+    assert fp32.train["peak_lr"] == 0.004 and fp32.model == {"preset": "tiny", "activation": "gelu"}
+    fp32.out.mkdir()
+    assert "peak_lr = 0.004" in write_train_config(fp32).read_text()
+    mine = load_recipe(path, ['train.dtype="fp32"', "train.peak_lr=0.005", "fp32.train.warmup=8"])
+    assert mine.train["peak_lr"] == 0.005 and mine.train["warmup"] == 8  # --set over [fp32] over [train]
+    assert mine.fp32_applied == {"train.warmup": 8, "model.activation": "gelu"}
+    off = load_recipe(path, ['train.dtype="fp32"', "recipe.use_fp32_table=false"])
+    assert off.train["peak_lr"] == 0.003 and off.fp32_applied == {} and "use_fp32_table" in off.fp32_why
+    for native, applied in ((False, True), (True, False)):  # dtype "auto" resolves on the machine
+        monkeypatch.setattr(step, "native_bf16", lambda device_type, ok=native: (ok, "as the test says"))
+        auto = load_recipe(path, ['train.dtype="auto"', 'train.device="cpu"'])
+        assert bool(auto.fp32_applied) is applied and auto.train["peak_lr"] == (0.004 if applied else 0.003)
+
+
+def test_the_fp32_table_names_what_it_cannot_set(raw, tmp_path):
+    path = write_recipe(tmp_path / "r.toml", raw, tmp_path / "out", 1)
+    text = path.read_text()
+    path.write_text(text + "[fp32]\nevaluate.beam = 3\n")
+    with pytest.raises(ConfigError, match=r"\[fp32\]: unknown entry 'evaluate'"):
+        load_recipe(path)
+    path.write_text(text + "[fp32]\npeak_lr = 0.004\n")
+    with pytest.raises(ConfigError, match=r"\[fp32\]: unknown entry 'peak_lr'"):
+        load_recipe(path)
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="name the \\[fp32\\] entry's table"):
+        load_recipe(path, ["fp32.peak_lr=0.004"])
+
+
+def test_the_multi30k_recipe_in_fp32_drops_bit_and_uses_gelu_and_peak_lr_0_004():
+    config = Path(__file__).resolve().parents[1] / "configs" / "multi30k-en-de.toml"
+    bf16 = load_recipe(config, ['train.dtype="bf16"'])
+    assert (bf16.train["bidirectional"], bf16.train["diversify"], bf16.train["peak_lr"]) == (0.5, "back", 0.003)
+    fp32 = load_recipe(config, ['train.dtype="fp32"'])
+    assert fp32.fp32_applied == {"train.bidirectional": 0, "train.diversify": "off", "train.peak_lr": 0.004,
+                                 "model.activation": "gelu"}
 
 
 def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(raw, tmp_path):

@@ -9,7 +9,12 @@
                                                    # a list, e.g. [5, 10]: each window is a candidate
     [evaluate]  splits, beam, alpha, ...
 
-``--set section.key=value`` overrides any key. The averaged model (one per window in [average] last) and
+    [fp32]      train.KEY = ..., model.KEY = ...   # over [train] and [model] where training runs in fp32
+
+``--set section.key=value`` overrides any key, [fp32]'s too (``--set fp32.train.peak_lr=0.004``). [fp32] holds
+the settings that suit fp32 training (``train.dtype = "fp32"``, or "auto" on a CPU without native bf16, which
+makes about half the updates in an hour of a CPU with it); the command line still wins over it, and
+``--set recipe.use_fp32_table=false`` ignores it. The averaged model (one per window in [average] last) and
 the trainer's own final model (the best validated weights, the last update's included) are all scored on
 the validation split, with each length penalty α listed in [evaluate] alpha; after a mutual-learning run
 (``train.mutual_alpha``) so are the ensembles of its two models, final and averaged. The best model and
@@ -26,7 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,7 @@ class RecipeSection:
     out: str = ""
     seed: int = 1
     processes: int = 1  # > 1: train under torchrun (DistributedDataParallel), [train] threads each
+    use_fp32_table: bool = True  # false: the [fp32] table is not applied even where training runs in fp32
 
     def __post_init__(self) -> None:
         check(bool(self.out), "out", "must name the recipe's output directory")
@@ -134,6 +140,7 @@ class EvaluateSection:
 SECTIONS = {"recipe": RecipeSection, "prepare": PrepareSection, "average": AverageSection,
             "evaluate": EvaluateSection}
 PASSED_ON = ("train", "model")  # validated by `transduce train`
+FP32 = "fp32"  # the table of [train] and [model] settings for fp32 training
 
 
 @dataclass
@@ -145,6 +152,9 @@ class Recipe:
     evaluate: EvaluateSection
     train: dict[str, Any]
     model: dict[str, Any]
+    # the [fp32] settings applied, as {"train.peak_lr": 0.004, ...} (empty: none), and why or why not
+    fp32_applied: dict[str, Any] = field(default_factory=dict)
+    fp32_why: str = ""
 
     @property
     def out(self) -> Path:
@@ -156,21 +166,70 @@ class Recipe:
 
 
 def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
+    """Read and validate a recipe: the file's tables, then [fp32] where training runs in fp32, then
+    ``overrides`` ("section.key=value", the command line's ``--set``)."""
     path = Path(path)
     raw = read_toml(path)
+    over: dict[str, dict[str, Any]] = {}
     for text in overrides:
         key, value = parse_override(text)
         if "." not in key:
             raise ConfigError(f"override {text!r}: name the section, e.g. train.max_minutes=5")
         section, name = key.split(".", 1)
-        if section not in (*SECTIONS, *PASSED_ON):
+        if section not in (*SECTIONS, *PASSED_ON, FP32):
             raise ConfigError(f"override {text!r}: unknown section {section!r}")
-        raw.setdefault(section, {})[name] = value
+        if section == FP32:
+            if "." not in name:
+                raise ConfigError(f"override {text!r}: name the [fp32] entry's table, e.g. fp32.train.peak_lr=0.004")
+            table, name = name.split(".", 1)
+            raw.setdefault(FP32, {}).setdefault(table, {})[name] = value
+            continue
+        over.setdefault(section, {})[name] = value
     for section in raw:
-        if section not in (*SECTIONS, *PASSED_ON):
-            raise ConfigError(f"{path}: unknown table [{section}] (expected {', '.join((*SECTIONS, *PASSED_ON))})")
-    built = {name: build(cls, dict(raw.get(name, {})), where=f"{path} [{name}]") for name, cls in SECTIONS.items()}
-    return Recipe(path, **built, train=dict(raw.get("train", {})), model=dict(raw.get("model", {})))
+        if section not in (*SECTIONS, *PASSED_ON, FP32):
+            raise ConfigError(f"{path}: unknown table [{section}] "
+                              f"(expected {', '.join((*SECTIONS, *PASSED_ON, FP32))})")
+    fp32 = _fp32_table(raw.pop(FP32, {}), path)
+    tables = {name: {**raw.get(name, {}), **over.get(name, {})} for name in (*SECTIONS, *PASSED_ON)}
+    built = {name: build(cls, tables[name], where=f"{path} [{name}]") for name, cls in SECTIONS.items()}
+    applied, why = {}, ""
+    if fp32:
+        dtype, why = training_dtype(tables["train"])
+        if not built["recipe"].use_fp32_table:
+            why = "[fp32] not applied: recipe.use_fp32_table = false"
+        elif dtype != "fp32":
+            why = f"[fp32] not applied: {why}"
+        else:
+            for section, values in fp32.items():
+                for name, value in values.items():
+                    if name not in over.get(section, {}):  # the command line wins over [fp32]
+                        tables[section][name] = applied[f"{section}.{name}"] = value
+            why = f"[fp32] applied: {why}"
+    return Recipe(path, **built, train=tables["train"], model=tables["model"], fp32_applied=applied, fp32_why=why)
+
+
+def _fp32_table(table: Any, path: Path) -> dict[str, dict[str, Any]]:
+    """[fp32] checked: only train.KEY and model.KEY entries (their values are validated with the rest of
+    [train] and [model] by `transduce train`)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [fp32] must be a table of train.KEY and model.KEY entries, got {table!r}")
+    for section, values in table.items():
+        if section not in PASSED_ON or not isinstance(values, dict):
+            raise ConfigError(f"{path} [fp32]: unknown entry {section!r} (expected train.KEY or model.KEY, "
+                              f"e.g. train.peak_lr = 0.004)")
+    return table
+
+
+def training_dtype(train: dict[str, Any]) -> tuple[str, str]:
+    """The dtype ``transduce train`` will run [train] in ("auto" resolved on this machine), and why."""
+    from .train.config import TrainConfig
+    from .train.step import resolve_dtype
+
+    defaults = {f.name: f.default for f in fields(TrainConfig) if f.name in ("dtype", "device")}
+    dtype, device = train.get("dtype", defaults["dtype"]), train.get("device", defaults["device"])
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return resolve_dtype(dtype, device)
 
 
 def write_train_config(recipe: Recipe) -> Path:
@@ -206,7 +265,8 @@ def run_recipe(recipe: Recipe, resume: bool = False, evaluate_only: bool = False
         if not previous.is_file():
             raise FileNotFoundError(f"--evaluate-only: {previous} not found; run the recipe to the end first")
         old = json.loads(previous.read_text())
-        results.update({k: old[k] for k in ("seed", "train_threads", "train_processes", "train_wall_s", "train")
+        results.update({k: old[k] for k in ("seed", "train_threads", "train_processes", "train_wall_s", "train",
+                                                "fp32_table")
                         if k in old})
     else:
         _train(recipe, resume, results)
@@ -219,6 +279,10 @@ def _train(recipe: Recipe, resume: bool, results: dict[str, Any]) -> None:
     """prepare → train (in-process, or under torchrun with [recipe] processes > 1)."""
     from .cli import main as cli
 
+    if recipe.fp32_why:
+        settings = ", ".join(f"{k} = {v!r}" for k, v in recipe.fp32_applied.items())
+        print(recipe.fp32_why + (f" ({settings})" if settings else ""), flush=True)
+    results["fp32_table"] = recipe.fp32_applied
     _stage("prepare", " ".join(recipe.prepare.argv(recipe.data_dir)))
     if cli(recipe.prepare.argv(recipe.data_dir)) != 0:
         raise RuntimeError("transduce prepare failed (its message is above)")
