@@ -183,3 +183,27 @@ def test_projected_loss_equals_projection_then_loss(dtype):
     assert gh.dtype == gw.dtype == torch.float32
     torch.testing.assert_close(gh, rh, **tol)
     torch.testing.assert_close(gw, rw, **tol)
+
+
+def test_weight_decay_is_decoupled_as_in_fairseq_and_zero_is_plain_adam():
+    from transduce.train.config import TrainConfig
+    from transduce.train.trainer import build_optimizer
+
+    def one_step(weight_decay: float, grad: float) -> torch.Tensor:
+        p = torch.nn.Parameter(torch.ones(3))
+        opt = build_optimizer([p], TrainConfig(data="d", out="o", weight_decay=weight_decay))
+        for group in opt.param_groups:
+            group["lr"] = 0.1
+        p.grad = torch.full((3,), grad)
+        opt.step()
+        return p.detach()
+
+    # a zero gradient: decoupled decay shrinks by lr * wd = 0.05; L2 added to the gradient would make Adam
+    # step a whole lr (0.1), since its first step is lr * sign(grad)
+    assert torch.allclose(one_step(0.5, 0.0), torch.full((3,), 0.95))
+    assert torch.allclose(one_step(0.0, 0.0), torch.ones(3))
+    reference = torch.nn.Parameter(torch.ones(3))  # weight_decay 0: torch's Adam with the paper's settings
+    adam = torch.optim.Adam([reference], lr=0.1, betas=(0.9, 0.98), eps=1e-9)
+    reference.grad = torch.full((3,), 0.3)
+    adam.step()
+    assert torch.equal(one_step(0.0, 0.3), reference.detach())

@@ -41,7 +41,7 @@ class TrainConfig:
     init_lr: float = 0.0  # inverse_sqrt, linear: the learning rate at step 0
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     adam_eps: float = 1e-9
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # decoupled (AdamW), as fairseq's --weight-decay; 0 = the paper's Adam
     clip_norm: float = 0.0  # 0 = no clipping
     # precision and device
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # auto: bf16 where the device has it natively
