@@ -171,8 +171,9 @@ def test_the_fp32_table_names_what_it_cannot_set(raw, tmp_path):
     with pytest.raises(ConfigError, match=r"\[fp32\]: unknown entry 'peak_lr'"):
         load_recipe(path)
     path.write_text(text)
-    with pytest.raises(ConfigError, match="name the \\[fp32\\] entry's table"):
-        load_recipe(path, ["fp32.peak_lr=0.004"])
+    for bad in ("fp32.peak_lr=0.004", "fp32.evaluate.beam=3", "fp32.train=1"):
+        with pytest.raises(ConfigError, match="an \\[fp32\\] entry is train.KEY or model.KEY"):
+            load_recipe(path, [bad])
 
 
 def test_the_multi30k_recipe_in_fp32_drops_bit_and_uses_gelu_and_peak_lr_0_004():

@@ -170,7 +170,8 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
     ``overrides`` ("section.key=value", the command line's ``--set``)."""
     path = Path(path)
     raw = read_toml(path)
-    over: dict[str, dict[str, Any]] = {}
+    over: dict[str, dict[str, Any]] = {}  # --set section.key=value
+    fp32_over: dict[str, dict[str, Any]] = {}  # --set fp32.section.key=value
     for text in overrides:
         key, value = parse_override(text)
         if "." not in key:
@@ -179,10 +180,11 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
         if section not in (*SECTIONS, *PASSED_ON, FP32):
             raise ConfigError(f"override {text!r}: unknown section {section!r}")
         if section == FP32:
-            if "." not in name:
-                raise ConfigError(f"override {text!r}: name the [fp32] entry's table, e.g. fp32.train.peak_lr=0.004")
-            table, name = name.split(".", 1)
-            raw.setdefault(FP32, {}).setdefault(table, {})[name] = value
+            table, _, name = name.partition(".")
+            if table not in PASSED_ON or not name:
+                raise ConfigError(f"override {text!r}: an [fp32] entry is train.KEY or model.KEY, "
+                                  f"e.g. fp32.train.peak_lr=0.004")
+            fp32_over.setdefault(table, {})[name] = value
             continue
         over.setdefault(section, {})[name] = value
     for section in raw:
@@ -190,6 +192,8 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
             raise ConfigError(f"{path}: unknown table [{section}] "
                               f"(expected {', '.join((*SECTIONS, *PASSED_ON, FP32))})")
     fp32 = _fp32_table(raw.pop(FP32, {}), path)
+    for section, values in fp32_over.items():
+        fp32[section] = {**fp32.get(section, {}), **values}
     tables = {name: {**raw.get(name, {}), **over.get(name, {})} for name in (*SECTIONS, *PASSED_ON)}
     built = {name: build(cls, tables[name], where=f"{path} [{name}]") for name, cls in SECTIONS.items()}
     applied, why = {}, ""
