@@ -193,6 +193,7 @@ def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(ra
     first = run_recipe(load_recipe(path))
     again = run_recipe(load_recipe(path, ["evaluate.alpha=1.0", "evaluate.beam=1"]), evaluate_only=True)
     assert again["train_wall_s"] == first["train_wall_s"] and again["train"] == first["train"]
+    assert again["fp32_table"] == first["fp32_table"] == {}
     assert again["decode"]["alpha"] == 1.0 and again["decode"]["beam"] == 1
     assert "alpha_sweep_valid_bleu" not in again
     assert json.loads((out / "results.json").read_text())["decode"]["beam"] == 1

@@ -269,9 +269,8 @@ def run_recipe(recipe: Recipe, resume: bool = False, evaluate_only: bool = False
         if not previous.is_file():
             raise FileNotFoundError(f"--evaluate-only: {previous} not found; run the recipe to the end first")
         old = json.loads(previous.read_text())
-        results.update({k: old[k] for k in ("seed", "train_threads", "train_processes", "train_wall_s", "train",
-                                                "fp32_table")
-                        if k in old})
+        kept = ("seed", "train_threads", "train_processes", "train_wall_s", "train", "fp32_table")
+        results.update({k: old[k] for k in kept if k in old})
     else:
         _train(recipe, resume, results)
     _evaluate(recipe, results)
