@@ -187,11 +187,11 @@ def test_projected_loss_equals_projection_then_loss(dtype):
 
 def test_weight_decay_is_decoupled_as_in_fairseq_and_zero_is_plain_adam():
     from transduce.train.config import TrainConfig
-    from transduce.train.trainer import build_optimizer
+    from transduce.train.optim import build_optimizer
 
     def one_step(weight_decay: float, grad: float) -> torch.Tensor:
         p = torch.nn.Parameter(torch.ones(3))
-        opt = build_optimizer([p], TrainConfig(data="d", out="o", weight_decay=weight_decay))
+        opt = build_optimizer([("w", p)], TrainConfig(data="d", out="o", weight_decay=weight_decay))
         for group in opt.param_groups:
             group["lr"] = 0.1
         p.grad = torch.full((3,), grad)

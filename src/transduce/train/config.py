@@ -39,6 +39,9 @@ class TrainConfig:
     lr_scale: float = 1.0  # rsqrt: multiplies d_model^-0.5 · min(...)
     peak_lr: float = 5e-4  # inverse_sqrt, linear: the learning rate reached at the end of warm-up
     init_lr: float = 0.0  # inverse_sqrt, linear: the learning rate at step 0
+    # "adam": AdamW everywhere (the paper's Adam when weight_decay = 0); "muon": Muon for the layers' matrices,
+    # AdamW for embeddings, biases and norms, at the same learning rate (train/optim.py)
+    optimizer: Literal["adam", "muon"] = "adam"
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     adam_eps: float = 1e-9
     weight_decay: float = 0.0  # decoupled (AdamW), as fairseq's --weight-decay; 0 = the paper's Adam

@@ -42,6 +42,7 @@ from .config import TrainConfig
 from .distributed import Dist, all_sum, broadcast, setup, teardown
 from .dropout import DropoutRamp, use_fast_dropout
 from .log import RunLog
+from .optim import build_optimizer
 from .schedule import Schedule
 from .step import Stepper, UpdateStats, resolve_dtype
 from .validate import bleu_hook, valid_loss
@@ -67,14 +68,6 @@ def pick_device(name: str, ctx_local_rank: int = 0) -> torch.device:
     return torch.device("cpu")
 
 
-def build_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam (§5.3) with weight decay decoupled from the gradient (AdamW, Loshchilov & Hutter, 2019), as
-    fairseq's ``--weight-decay`` does: each step also shrinks a weight by lr · weight_decay. With the default
-    weight_decay = 0 it is the paper's Adam, step for step. The schedule sets the learning rate."""
-    return torch.optim.AdamW(params, lr=0.0, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
-                             weight_decay=cfg.weight_decay, fused=True)
-
-
 class Trainer:
     def __init__(self, cfg: TrainConfig, model_cfg: ModelConfig, data, resume: bool = False):
         self.cfg, self.model_cfg, self.data = cfg, model_cfg, data
@@ -95,8 +88,7 @@ class Trainer:
                 use_fast_dropout(m)
         self.ramp = DropoutRamp(self.model, *cfg.dropout_ramp) if cfg.dropout_ramp else None
         self.model.train()
-        params = [p for m in self.models() for p in m.parameters()]
-        self.optimizer = build_optimizer(params, cfg)
+        self.optimizer = build_optimizer([np for m in self.models() for np in m.named_parameters()], cfg)
         schedule = Schedule(cfg.schedule, cfg.warmup, model_cfg.d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr)
         self.stepper = Stepper(self.model, self.optimizer, schedule,
                                device=self.device, dtype=cfg.dtype, label_smoothing=model_cfg.label_smoothing,

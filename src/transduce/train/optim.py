@@ -1,0 +1,110 @@
+"""The optimiser (§5.3): Adam as the paper's, or Muon for the layers' weight matrices.
+
+``adam``: AdamW over every parameter; with ``weight_decay = 0`` it is the paper's Adam, step for step.
+
+``muon``: Muon (Jordan et al., 2024) for the 2-D weights inside the encoder and decoder layers (attention
+projections, feed-forward), AdamW for the rest (the shared embedding, which is also the output projection,
+biases, layer norms), as Muon's authors prescribe. Muon replaces a matrix's momentum by the nearest
+semi-orthogonal matrix (Newton-Schulz iterations), so every direction of the update moves at the same rate.
+The update is scaled as ``torch.optim.Muon``'s ``match_rms_adamw`` does (Liu et al., 2025, "Muon is Scalable
+for LLM Training"): its RMS is that of AdamW's, so one learning rate and one schedule drive both halves.
+The step is torch's Muon step but for one thing: torch runs the Newton-Schulz iterations in bf16, which a
+CPU without native bf16 (AVX2) emulates about 20x slower; :func:`orthogonalize` runs them in fp32, which on
+these small matrices costs a few milliseconds per update.
+
+Both halves are one ``torch.optim.Optimizer``, :class:`MuonAdamW`, so the schedule's ``set_lr``, gradient
+clipping and the checkpoint's optimizer state need no special case: its parameter groups *are* the inner
+AdamW's group (the same dict object) and the Muon group, and the AdamW shares its ``state``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from .config import TrainConfig
+
+MUON_MOMENTUM = 0.95  # Muon's default Nesterov momentum
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # the quintic of Jordan et al. (torch.optim.Muon's default)
+NS_STEPS = 5
+
+
+def orthogonalize(update: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-7) -> torch.Tensor:
+    """About ``U V^T`` for ``update = U S V^T`` (its singular values pushed into roughly [0.7, 1.2]) by
+    Newton-Schulz iterations, in fp32. ``update``: (A, B) -> (A, B)."""
+    a, b, c = NS_COEFFICIENTS
+    x = update.float()
+    tall = x.shape[0] > x.shape[1]
+    if tall:
+        x = x.T  # (min, max): the Gram matrix below is the small one
+    x = x / x.norm().clamp(min=eps)  # spectral norm <= Frobenius norm = 1
+    for _ in range(steps):
+        gram = x @ x.T  # (min, min)
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return (x.T if tall else x).to(update.dtype)
+
+
+def muon_parameter(name: str, param: torch.Tensor) -> bool:
+    """Whether Muon updates ``param``: a matrix inside an encoder or decoder layer. The embedding (tied to
+    the output projection) stays with AdamW: it is a lookup table, not a linear map of the hidden state."""
+    return param.ndim == 2 and ".layers." in f".{name}"
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """Muon over ``muon_params``, AdamW over ``adam_params``; one optimizer for the trainer and checkpoints."""
+
+    def __init__(self, muon_params: list[torch.Tensor], adam_params: list[torch.Tensor], *, betas, eps: float,
+                 weight_decay: float, momentum: float = MUON_MOMENTUM):
+        if not muon_params:
+            raise ValueError("Muon has no matrices to update: the model has no encoder or decoder layers")
+        muon_group = {"params": list(muon_params), "kind": "muon", "lr": 0.0, "momentum": momentum,
+                      "weight_decay": weight_decay}
+        adam_group = {"params": list(adam_params), "kind": "adamw"}
+        super().__init__([muon_group, adam_group], defaults={})
+        self.adamw = torch.optim.AdamW([adam_group], lr=0.0, betas=tuple(betas), eps=eps,
+                                       weight_decay=weight_decay, fused=True)
+        self._share()
+
+    def _share(self) -> None:
+        """Point the inner AdamW at this one's group and state (again after ``load_state_dict``)."""
+        self.adamw.param_groups = [g for g in self.param_groups if g["kind"] == "adamw"]
+        self.adamw.state = self.state
+
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(state_dict)
+        self._share()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if closure is not None:
+            raise ValueError("MuonAdamW.step takes no closure")
+        for group in self.param_groups:
+            if group["kind"] != "muon":
+                continue
+            lr, momentum, decay = group["lr"], group["momentum"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - momentum)
+                update = orthogonalize(p.grad.lerp(buf, momentum))  # Nesterov
+                p.mul_(1 - lr * decay)
+                p.add_(update, alpha=-lr * 0.2 * max(p.shape) ** 0.5)  # AdamW's RMS (match_rms_adamw)
+        self.adamw.step()
+
+
+def build_optimizer(named_params: Iterable[tuple[str, nn.Parameter]], cfg: TrainConfig) -> torch.optim.Optimizer:
+    """``cfg.optimizer``'s optimiser over ``named_params``, learning rate 0 (the schedule sets it)."""
+    named = list(named_params)
+    if cfg.optimizer == "muon":
+        muon = [p for n, p in named if muon_parameter(n, p)]
+        adam = [p for n, p in named if not muon_parameter(n, p)]
+        return MuonAdamW(muon, adam, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    # AdamW: weight decay decoupled from the gradient (Loshchilov & Hutter, 2019), as fairseq's --weight-decay
+    return torch.optim.AdamW([p for _, p in named], lr=0.0, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
+                             weight_decay=cfg.weight_decay, fused=True)

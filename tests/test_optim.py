@@ -1,0 +1,104 @@
+"""train/optim.py: which parameters Muon takes, one step against torch's own optimisers, checkpoint resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transduce.config import ConfigError, build
+from transduce.model import ModelConfig, Transformer
+from transduce.train import checkpoint as ckpt
+from transduce.train.config import TrainConfig
+from transduce.train.optim import MuonAdamW, build_optimizer, muon_parameter, orthogonalize
+from transduce.train.schedule import set_lr
+
+
+def tiny_model(seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(ModelConfig.preset("small", vocab_size=50, encoder_layers=2, decoder_layers=1))
+
+
+def fake_grads(model: Transformer, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    for p in model.parameters():
+        p.grad = torch.randn(p.shape, generator=g)
+
+
+def test_muon_takes_the_layers_matrices_and_adamw_the_rest():
+    model = tiny_model()
+    muon = {n for n, p in model.named_parameters() if muon_parameter(n, p)}
+    # per encoder layer: qkv, out, w1, w2; per decoder layer: qkv, out, q, kv, out, w1, w2
+    assert len(muon) == 2 * 4 + 1 * 7
+    assert "encoder.layers.0.self_attn.qkv_proj.weight" in muon
+    assert "decoder.layers.0.cross_attn.kv_proj.weight" in muon
+    assert not any("embed" in n or n.endswith(".bias") or ".norm." in n for n in muon)
+    assert "src_embed.token.weight" not in muon  # the shared embedding is the output projection too
+
+
+def test_one_step_is_torch_muon_on_matrices_and_adamw_elsewhere():
+    model, reference = tiny_model(), tiny_model()
+    cfg = TrainConfig(data="d", out="o", optimizer="muon", weight_decay=0.01)
+    opt = build_optimizer(model.named_parameters(), cfg)
+    assert isinstance(opt, MuonAdamW)
+    named = list(reference.named_parameters())
+    ref_muon = torch.optim.Muon([p for n, p in named if muon_parameter(n, p)], lr=0.004, weight_decay=0.01,
+                                momentum=0.95, nesterov=True, adjust_lr_fn="match_rms_adamw")
+    ref_adam = torch.optim.AdamW([p for n, p in named if not muon_parameter(n, p)], lr=0.004,
+                                 betas=(0.9, 0.98), eps=1e-9, weight_decay=0.01)
+    for step in range(2):
+        fake_grads(model, step)
+        fake_grads(reference, step)
+        set_lr(opt, 0.004)  # the schedule writes one rate into both halves
+        opt.step()
+        ref_muon.step()
+        ref_adam.step()
+    for (name, p), q, p0 in zip(model.named_parameters(), reference.parameters(), tiny_model().parameters()):
+        if muon_parameter(name, p):  # torch orthogonalizes in bf16, this module in fp32: within bf16's error
+            ours, torchs = p - p0, q - p0
+            assert (ours - torchs).norm() < 0.03 * torchs.norm(), name
+        else:
+            torch.testing.assert_close(p, q, msg=name)
+    assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), tiny_model().parameters()))
+
+
+def test_orthogonalize_flattens_the_singular_values_in_fp32():
+    g = torch.randn(384, 128, generator=torch.Generator().manual_seed(0))
+    g[:, 0] *= 100  # one dominant direction, which plain momentum would follow
+    out = orthogonalize(g)
+    assert out.dtype == torch.float32 and out.shape == g.shape
+    s = torch.linalg.svdvals(out)
+    assert s.min() > 0.5 and s.max() < 1.3, s
+    # the same directions: U V^T from the SVD lies close to the iteration's result
+    u, _, vh = torch.linalg.svd(g, full_matrices=False)
+    assert torch.nn.functional.cosine_similarity((u @ vh).flatten(), out.flatten(), dim=0) > 0.95
+
+
+def test_checkpoint_resume_continues_exactly(tmp_path):
+    cfg = TrainConfig(data="d", out="o", optimizer="muon")
+    straight = tiny_model()
+    opt = build_optimizer(straight.named_parameters(), cfg)
+    for step in range(3):
+        fake_grads(straight, step)
+        set_lr(opt, 0.003)
+        opt.step()
+
+    first = tiny_model()
+    opt1 = build_optimizer(first.named_parameters(), cfg)
+    for step in range(2):
+        fake_grads(first, step)
+        set_lr(opt1, 0.003)
+        opt1.step()
+    ckpt.save_checkpoint(tmp_path / "c", first, opt1, {"step": 2})
+    resumed = tiny_model(seed=5)  # other weights: the checkpoint must restore all of them
+    opt2 = build_optimizer(resumed.named_parameters(), cfg)
+    ckpt.load_checkpoint(tmp_path / "c", resumed, opt2, restore_rng=False)
+    fake_grads(resumed, 2)
+    set_lr(opt2, 0.003)
+    opt2.step()
+    for (name, p), q in zip(straight.named_parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, msg=name)
+
+
+def test_an_unknown_optimizer_is_refused_by_name():
+    with pytest.raises(ConfigError, match="optimizer"):
+        build(TrainConfig, {"data": "d", "out": "o", "optimizer": "sgd"}, "[train]")
