@@ -9,7 +9,8 @@ from transduce.config import ConfigError, build
 from transduce.model import ModelConfig, Transformer
 from transduce.train import checkpoint as ckpt
 from transduce.train.config import TrainConfig
-from transduce.train.optim import MuonAdamW, build_optimizer, muon_parameter, orthogonalize
+from transduce.train.distributed import Dist
+from transduce.train.optim import MuonAdamW, build_optimizer, muon_parameter, orthogonalize, orthogonalize_shared
 from transduce.train.schedule import set_lr
 
 
@@ -71,6 +72,13 @@ def test_orthogonalize_flattens_the_singular_values_in_fp32():
     # the same directions: U V^T from the SVD lies close to the iteration's result
     u, _, vh = torch.linalg.svd(g, full_matrices=False)
     assert torch.nn.functional.cosine_similarity((u @ vh).flatten(), out.flatten(), dim=0) > 0.95
+
+
+def test_stacks_by_shape_give_each_matrix_its_own_result():
+    g = torch.Generator().manual_seed(1)
+    updates = [torch.randn(shape, generator=g) for shape in [(384, 128), (128, 128), (384, 128), (128, 256)]]
+    for u, got in zip(updates, orthogonalize_shared(updates, Dist())):
+        torch.testing.assert_close(got, orthogonalize(u), rtol=1e-5, atol=1e-6)
 
 
 def test_checkpoint_resume_continues_exactly(tmp_path):

@@ -4,7 +4,7 @@ After every update both ranks hold identical weights, and 2 ranks with one batch
 update as 1 process accumulating both batches (losses are normalised by the global token count); so do
 2 ranks accumulating two micro-batches each (update_freq 2: gradients gather in DDP's buckets under
 no_sync) against 1 process with all four. SGD makes the comparison sharp (weight change = lr · gradient);
-Adam checks rank agreement.
+Adam checks rank agreement, and Muon, whose ranks share its work, both.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import torch.multiprocessing as mp
 from transduce.data import PreparedData
 from transduce.data.batching import TokenBatches
 from transduce.model import Transformer
-from transduce.train.config import model_config
+from transduce.train.config import TrainConfig, model_config
+from transduce.train.optim import build_optimizer
 from transduce.train.distributed import Dist
 from transduce.train.schedule import Schedule
 from transduce.train.step import Stepper
@@ -27,7 +28,7 @@ from transduce.train.step import Stepper
 from test_train_run import data_dir  # noqa: F401  (module-scoped real Multi30k slice)
 
 UPDATES = 3
-RUNS = (("sgd", 1), ("adam", 1), ("sgd", 2))  # (optimizer, micro-batches per rank and update)
+RUNS = (("sgd", 1), ("adam", 1), ("muon", 1), ("sgd", 2))  # (optimizer, micro-batches per rank and update)
 
 
 def make(data_dir, optimizer: str, rank: int, world: int):
@@ -36,7 +37,8 @@ def make(data_dir, optimizer: str, rank: int, world: int):
     torch.manual_seed(5)
     model = Transformer(cfg).train()
     opt = (torch.optim.SGD(model.parameters(), lr=1.0) if optimizer == "sgd"
-           else torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9))
+           else build_optimizer(model.named_parameters(), TrainConfig(data="d", out="o", optimizer=optimizer),
+                           Dist(rank, world)))
     stepper = Stepper(model, opt, Schedule("inverse_sqrt", 1, peak_lr=1.0 if optimizer == "sgd" else 1e-3),
                       device=torch.device("cpu"), dtype="fp32", label_smoothing=0.1, ctx=Dist(rank, world))
     batches = TokenBatches(data.split("train"), 400, seed=3, world_size=2).indices(1)  # the 2-rank plan
@@ -90,13 +92,13 @@ def test_two_ranks_agree_and_match_one_process_with_both_batches(data_dir):  # n
     for run in RUNS:  # after every update, both ranks hold identical weights
         flags = [x[3] for x in results if x[0] == run and x[1] != "weights"]
         assert len(flags) == 2 * UPDATES and all(flags), run
-    for micro in (1, 2):
-        ddp = next(x[2] for x in results if x[0] == ("sgd", micro) and x[1] == "weights")
+    for optimizer, micro in (("sgd", 1), ("sgd", 2), ("muon", 1)):  # Muon: each rank orthogonalizes half
+        ddp = next(x[2] for x in results if x[0] == (optimizer, micro) and x[1] == "weights")
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            initial = {k: v.clone() for k, v in make(data_dir, "sgd", 0, 1)[0].state_dict().items()}
-            model, stepper, plan, tb = make(data_dir, "sgd", 0, 1)
+            initial = {k: v.clone() for k, v in make(data_dir, optimizer, 0, 1)[0].state_dict().items()}
+            model, stepper, plan, tb = make(data_dir, optimizer, 0, 1)
             for u in range(UPDATES):  # one process, every rank's batches of the update
                 stepper.update([tb.make(plan[2 * micro * u + i]) for i in range(2 * micro)], u + 1)
         finally:
@@ -104,9 +106,9 @@ def test_two_ranks_agree_and_match_one_process_with_both_batches(data_dir):  # n
         moved = 0.0
         for name, value in model.state_dict().items():
             torch.testing.assert_close(torch.from_numpy(ddp[name]), value, rtol=1e-4, atol=1e-5,
-                                       msg=f"{name}, {micro} micro-batch(es)")
+                                       msg=f"{name}, {optimizer}, {micro} micro-batch(es)")
             moved = max(moved, (value - initial[name]).abs().max().item())
-        assert moved > 1e-2  # the updates were real
+        assert moved > (1e-2 if optimizer == "sgd" else 1e-3)  # the updates were real (Muon's lr is 1e-3)
 
 
 def segmentation_worker(rank: int, port: int, data_dir, out) -> None:
