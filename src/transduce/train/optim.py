@@ -9,9 +9,9 @@ semi-orthogonal matrix (Newton-Schulz iterations), so every direction of the upd
 The update is scaled as ``torch.optim.Muon``'s ``match_rms_adamw`` does (Liu et al., 2025, "Muon is Scalable
 for LLM Training"): its RMS is that of AdamW's, so one learning rate and one schedule drive both halves.
 The step is torch's Muon step but for one thing: torch runs the Newton-Schulz iterations in bf16, which a
-CPU without native bf16 (AVX2) emulates about 20x slower; :func:`orthogonalize` runs them in fp32, which on
-these small matrices costs a tenth of a ``small`` update on one CPU core. So that cost falls with more
-processes, the matrices are stacked by shape and each rank orthogonalizes a share of every stack
+CPU without native bf16 (AVX2) emulates about 20x slower; :func:`orthogonalize` runs them in fp32. For
+the ``small`` model that is about 4 GFLOP per update, near a sixth of its step on one CPU core. So that it
+falls with more processes, the matrices are stacked by shape and each rank orthogonalizes a share of every stack
 (:func:`orthogonalize_shared`), as modded-nanogpt's distributed Muon does.
 
 Both halves are one ``torch.optim.Optimizer``, :class:`MuonAdamW`, so the schedule's ``set_lr``, gradient
