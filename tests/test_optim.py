@@ -81,28 +81,26 @@ def test_stacks_by_shape_give_each_matrix_its_own_result():
         torch.testing.assert_close(got, orthogonalize(u), rtol=1e-5, atol=1e-6)
 
 
-def test_checkpoint_resume_continues_exactly(tmp_path):
-    cfg = TrainConfig(data="d", out="o", optimizer="muon")
-    straight = tiny_model()
-    opt = build_optimizer(straight.named_parameters(), cfg)
-    for step in range(3):
-        fake_grads(straight, step)
+def steps(model: Transformer, opt: torch.optim.Optimizer, first: int, last: int) -> None:
+    for step in range(first, last):
+        fake_grads(model, step)
         set_lr(opt, 0.003)
         opt.step()
 
+
+def test_checkpoint_resume_continues_exactly(tmp_path):
+    cfg = TrainConfig(data="d", out="o", optimizer="muon")
+    straight = tiny_model()
+    steps(straight, build_optimizer(straight.named_parameters(), cfg), 0, 3)
+
     first = tiny_model()
     opt1 = build_optimizer(first.named_parameters(), cfg)
-    for step in range(2):
-        fake_grads(first, step)
-        set_lr(opt1, 0.003)
-        opt1.step()
+    steps(first, opt1, 0, 2)
     ckpt.save_checkpoint(tmp_path / "c", first, opt1, {"step": 2})
     resumed = tiny_model(seed=5)  # other weights: the checkpoint must restore all of them
     opt2 = build_optimizer(resumed.named_parameters(), cfg)
     ckpt.load_checkpoint(tmp_path / "c", resumed, opt2, restore_rng=False)
-    fake_grads(resumed, 2)
-    set_lr(opt2, 0.003)
-    opt2.step()
+    steps(resumed, opt2, 2, 3)
     for (name, p), q in zip(straight.named_parameters(), resumed.parameters()):
         torch.testing.assert_close(p, q, msg=name)
 
