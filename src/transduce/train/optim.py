@@ -10,7 +10,7 @@ The update is scaled as ``torch.optim.Muon``'s ``match_rms_adamw`` does (Liu et 
 for LLM Training"): its RMS is that of AdamW's, so one learning rate and one schedule drive both halves.
 The step is torch's Muon step but for one thing: torch runs the Newton-Schulz iterations in bf16, which a
 CPU without native bf16 (AVX2) emulates about 20x slower; :func:`orthogonalize` runs them in fp32. For
-the ``small`` model that is about 4 GFLOP per update, near a sixth of its step on one CPU core. So that it
+the ``small`` model that is 4.28 GFLOP per update, about 100 ms on one CPU core (bench/optimizer_step.py). So that it
 falls with more processes, the matrices are stacked by shape and each rank orthogonalizes a share of every stack
 (:func:`orthogonalize_shared`), as modded-nanogpt's distributed Muon does.
 

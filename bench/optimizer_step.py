@@ -1,0 +1,50 @@
+"""The optimizer step alone, 1 thread: Adam against Muon (train/optim.py) on the small model.
+
+``python bench/optimizer_step.py``. Random gradients, a tiny learning rate, 10 timed steps after 3 warm-up ones;
+then Muon's Newton-Schulz work by itself, matrix by matrix, stacked by shape, and one rank's half of each stack
+(what each of 2 DDP ranks does), with its FLOP count from the shapes. Pin it to an idle core (``taskset -c 0``).
+"""
+
+import time
+from collections import defaultdict
+
+import torch
+
+from transduce.model import ModelConfig, Transformer
+from transduce.train.config import TrainConfig
+from transduce.train.optim import NS_STEPS, build_optimizer, orthogonalize
+
+torch.set_num_threads(1)
+
+
+def ms(fn, n: int = 10) -> float:
+    for _ in range(3):
+        fn()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n * 1000
+
+
+model = Transformer(ModelConfig.preset("small", vocab_size=8000, activation="gelu"))
+for p in model.parameters():
+    p.grad = torch.randn_like(p)
+for name in ("adam", "muon"):
+    opt = build_optimizer(model.named_parameters(), TrainConfig(data="d", out="o", optimizer=name))
+    for group in opt.param_groups:
+        group["lr"] = 1e-6
+    print(f"{name} step: {ms(opt.step):.1f} ms")
+
+grads = [p.grad for group in opt.param_groups if group["kind"] == "muon" for p in group["params"]]
+flop = 0
+for g in grads:  # per iteration: gram (m, m) from (m, n), gram @ gram, then (m, m) @ (m, n), with m <= n
+    m, n = sorted(g.shape)
+    flop += NS_STEPS * (2 * m * m * n + 2 * m ** 3 + 2 * m * m * n)
+by_shape = defaultdict(list)
+for g in grads:
+    by_shape[tuple(g.shape)].append(g)
+stacks = [torch.stack(v) for v in by_shape.values()]
+print(f"Newton-Schulz, {len(grads)} matrices, {flop / 1e9:.2f} GFLOP per update:")
+print(f"  matrix by matrix: {ms(lambda: [orthogonalize(g) for g in grads]):.1f} ms")
+print(f"  stacked by shape: {ms(lambda: [orthogonalize(s) for s in stacks]):.1f} ms")
+print(f"  one rank's half of each stack: {ms(lambda: [orthogonalize(s[:(len(s) + 1) // 2]) for s in stacks]):.1f} ms")
