@@ -5,26 +5,18 @@ then Muon's Newton-Schulz work by itself, matrix by matrix, stacked by shape, an
 (what each of 2 DDP ranks does), with its FLOP count from the shapes. Pin it to an idle core (``taskset -c 0``).
 """
 
-import time
 from collections import defaultdict
+from functools import partial
 
 import torch
+from common import best_ms
 
 from transduce.model import ModelConfig, Transformer
 from transduce.train.config import TrainConfig
 from transduce.train.optim import NS_STEPS, build_optimizer, orthogonalize
 
 torch.set_num_threads(1)
-
-
-def ms(fn, n: int = 10) -> float:
-    for _ in range(3):
-        fn()
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - start) / n * 1000
-
+ms = partial(best_ms, calls=10, repeats=1, warmup=3)  # the mean of 10 calls after 3 warm-up ones
 
 model = Transformer(ModelConfig.preset("small", vocab_size=8000, activation="gelu"))
 for p in model.parameters():
