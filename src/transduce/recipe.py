@@ -17,7 +17,8 @@ makes about half the updates in an hour of a CPU with it); the command line stil
 ``--set recipe.use_fp32_table=false`` ignores it. The averaged model (one per window in [average] last) and
 the trainer's own final model (the best validated weights, the last update's included) are all scored on
 the validation split, with each length penalty α listed in [evaluate] alpha; after a mutual-learning run
-(``train.mutual_alpha``) so are the ensembles of its two models, final and averaged. The best model and
+(``train.mutual_alpha``) so are the ensembles of its two models, final and averaged, and with ``train.ema_decay``
+the moving average of the weights (RUN_DIR/ema-model). The best model and
 α are the recipe's, and only they are scored on the test splits (the choice never looks at test data).
 Results go to OUT/results.json and are printed as a table.
 """
@@ -312,7 +313,7 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     from .evaluate import evaluate_model
     from .train.average import average
     from .train.checkpoint import list_checkpoints
-    from .train.trainer import BIT_MODEL
+    from .train.trainer import BIT_MODEL, EMA_MODEL
 
     run = recipe.out / "run"
     candidates = {"final": [run / "model"]}  # name -> model directories (more than one: an ensemble)
@@ -331,6 +332,8 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     for last, (name, folder) in names.items():
         _stage("average", f"transduce average {run} --last {last}")
         candidates[name] = [average(run, last, recipe.out / folder)]
+    if (run / EMA_MODEL).is_dir():  # train.ema_decay: the moving average of the weights competes too
+        candidates["ema"] = [run / EMA_MODEL]
     if peer:
         candidates["final pair"] = [run / "model", run / "peer-model"]
         for last, (name, folder) in names.items():

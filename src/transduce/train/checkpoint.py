@@ -3,6 +3,7 @@
     RUN_DIR/checkpoints/step_00001200/
         model.safetensors      weights (tied tensors stored once)
         peer.safetensors       with mutual learning only: the peer model's weights
+        ema.safetensors        with train.ema_decay only: the moving average of the weights
         optimizer.safetensors  Adam moments per parameter, RNG states as uint8 tensors
         state.json             step, data position, optimizer hyper-parameters, python/numpy RNG, configs…
         subwords.safetensors   with BPE-dropout only: the epoch's segmentation of the training data
@@ -29,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from ..modeldir import _fsync_tree, load_weights, save_weights
 
 MODEL, OPTIM, STATE, SUBWORDS = "model.safetensors", "optimizer.safetensors", "state.json", "subwords.safetensors"
-PEER = "peer.safetensors"
+PEER, EMA = "peer.safetensors", "ema.safetensors"
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -93,10 +94,10 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Te
 
 def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     state: dict[str, Any], subwords: dict[str, torch.Tensor] | None = None,
-                    peer: torch.nn.Module | None = None) -> Path:
+                    peer: torch.nn.Module | None = None, ema: torch.nn.Module | None = None) -> Path:
     """Write one checkpoint atomically to ``directory`` (replacing it if present); ``subwords``: the
     tensors of :meth:`~transduce.data.subword_dropout.SampledSplit.tensors`, when training uses them;
-    ``peer``: the second model of mutual learning."""
+    ``peer``: the second model of mutual learning; ``ema``: the moving average's weights (train/ema.py)."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
@@ -104,6 +105,8 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: to
         save_weights(model, tmp / MODEL)
         if peer is not None:
             save_weights(peer, tmp / PEER)
+        if ema is not None:
+            save_weights(ema, tmp / EMA)
         tensors, optim_meta = optimizer_tensors(optimizer)
         rng_tensors, rng_meta = rng_state()
         save_file({**tensors, **rng_tensors}, str(tmp / OPTIM))
@@ -126,17 +129,19 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: to
 
 def load_checkpoint(directory: str | Path, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer | None = None, restore_rng: bool = True,
-                    peer: torch.nn.Module | None = None) -> dict[str, Any]:
-    """Load weights (the ``peer``'s too, if given), optimizer and RNG states from ``directory``; return the
-    JSON state."""
+                    peer: torch.nn.Module | None = None, ema: torch.nn.Module | None = None) -> dict[str, Any]:
+    """Load weights (the ``peer``'s and the moving average's ``ema`` too, if given), optimizer and RNG states
+    from ``directory``; return the JSON state."""
     directory = Path(directory)
-    for name in (MODEL, STATE) + ((PEER,) if peer is not None else ()):
+    for name in (MODEL, STATE) + ((PEER,) if peer is not None else ()) + ((EMA,) if ema is not None else ()):
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory / name}: missing checkpoint file")
     state = json.loads((directory / STATE).read_text())
     load_weights(model, directory / MODEL)
     if peer is not None:
         load_weights(peer, directory / PEER)
+    if ema is not None:
+        load_weights(ema, directory / EMA)
     if optimizer is not None or restore_rng:
         tensors = load_file(str(directory / OPTIM))
         if optimizer is not None:

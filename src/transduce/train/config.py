@@ -46,6 +46,10 @@ class TrainConfig:
     adam_eps: float = 1e-9
     weight_decay: float = 0.0  # decoupled (AdamW), as fairseq's --weight-decay; 0 = the paper's Adam
     clip_norm: float = 0.0  # 0 = no clipping
+    # an exponential moving average of the weights (train/ema.py), written to RUN_DIR/ema-model: w_ema <- decay *
+    # w_ema + (1 - decay) * w after each update from ema_start on (absent: the end of warm-up); 0 = off
+    ema_decay: float = 0.0
+    ema_start: int | None = None
     # precision and device
     dtype: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"  # auto: bf16 where the device has it natively
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -110,6 +114,11 @@ class TrainConfig:
         check(self.adam_eps > 0, "adam_eps", f"must be positive, got {self.adam_eps}")
         check(self.weight_decay >= 0, "weight_decay", f"must be non-negative, got {self.weight_decay}")
         check(self.clip_norm >= 0, "clip_norm", f"must be non-negative (0 = off), got {self.clip_norm}")
+        check(0 <= self.ema_decay < 1, "ema_decay", f"must be in [0, 1) (0 = off), got {self.ema_decay}")
+        check(self.ema_start is None or self.ema_start >= 1, "ema_start",
+              f"must be an update number, at least 1 (or absent: the end of warm-up), got {self.ema_start}")
+        check(self.ema_start is None or self.ema_decay > 0, "ema_start",
+              f"{self.ema_start} starts an average that is off: set ema_decay > 0 too")
         check(self.dropout_ramp is None or (len(self.dropout_ramp) == 2 and all(
             isinstance(p, (int, float)) and 0 <= p < 1 for p in self.dropout_ramp)), "dropout_ramp",
             f"must be two rates [start, end], each in [0, 1), got {self.dropout_ramp}")

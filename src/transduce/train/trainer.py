@@ -7,6 +7,7 @@
     RUN_DIR/tensorboard/       the same as TensorBoard events
     RUN_DIR/model/             the final model directory (best weights if validated, else the last)
     RUN_DIR/peer-model/        with mutual learning (train.mutual_alpha): the peer's, from the same step
+    RUN_DIR/ema-model/         with train.ema_decay: the moving average of the weights at the last update
     RUN_DIR/bit-model/         with BiT (train.bidirectional): the weights at the switch to source→target
                                alone, a target→source model too (the recipe's channel model for reranking)
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -41,6 +43,7 @@ from . import diversify
 from .config import TrainConfig
 from .distributed import Dist, all_sum, broadcast, setup, teardown
 from .dropout import DropoutRamp, use_fast_dropout
+from .ema import WeightEMA
 from .log import RunLog
 from .optim import build_optimizer
 from .schedule import Schedule
@@ -48,6 +51,7 @@ from .step import Stepper, UpdateStats, resolve_dtype
 from .validate import bleu_hook, valid_loss
 
 BIT_MODEL = "bit-model"  # RUN_DIR/bit-model: the weights at BiT's switch (see _save_bit_model)
+EMA_MODEL = "ema-model"  # RUN_DIR/ema-model: the moving average of the weights (train.ema_decay)
 
 
 PEER_SEED = 1_000_003  # mutual learning: the peer's initial weights come from torch.manual_seed(seed + this)
@@ -89,6 +93,9 @@ class Trainer:
         self.ramp = DropoutRamp(self.model, *cfg.dropout_ramp) if cfg.dropout_ramp else None
         self.model.train()
         self.optimizer = build_optimizer([np for m in self.models() for np in m.named_parameters()], cfg, self.ctx)
+        # the moving average lives on rank 0, which alone writes checkpoints (every rank has the same weights)
+        self.ema = WeightEMA(self.model, cfg.ema_decay, cfg.ema_start or cfg.warmup) \
+            if cfg.ema_decay > 0 and self.ctx.is_main else None
         schedule = Schedule(cfg.schedule, cfg.warmup, model_cfg.d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr)
         self.stepper = Stepper(self.model, self.optimizer, schedule,
                                device=self.device, dtype=cfg.dtype, label_smoothing=model_cfg.label_smoothing,
@@ -142,7 +149,13 @@ class Trainer:
         if changed:
             raise ConfigError(f"{found[-1]}: the [model] config differs from the checkpoint's: "
                               + ", ".join(f"{k} = {new!r} (checkpoint: {old!r})" for k, (new, old) in changed.items()))
-        state = ckpt.load_checkpoint(found[-1], self.model, self.optimizer, peer=self.peer)
+        if self.ema is not None and not (found[-1] / ckpt.EMA).is_file():
+            raise ConfigError(f"{found[-1]}: written without train.ema_decay, so it holds no moving average to "
+                              "resume; resume with ema_decay = 0, or start a new run")
+        state = ckpt.load_checkpoint(found[-1], self.model, self.optimizer, peer=self.peer,
+                                     ema=self.ema.model if self.ema is not None else None)
+        if self.ema is not None:
+            self.ema.restore(state.get("ema_updates", 0))
         if state["world_size"] != self.ctx.world_size:
             raise ValueError(f"{found[-1]}: written by {state['world_size']} processes, resumed with "
                              f"{self.ctx.world_size}; the data shards would differ")
@@ -169,14 +182,16 @@ class Trainer:
                 "scaler": self.stepper.scaler.state_dict() if self.stepper.scaler is not None else None,
                 "train_config": self.cfg.to_dict(), "model_config": self.model_cfg.to_dict(),
                 "subwords_epoch": self._plan_epoch if self.sampled is not None else None,
-                "both_epochs": self.both_epochs, "diversified": self.diversified}
+                "both_epochs": self.both_epochs, "diversified": self.diversified,
+                "ema_updates": self.ema.updates if self.ema is not None else None}
 
     def save(self, name: str | None = None) -> Path | None:
         if not self.ctx.is_main:
             return None
         path = self.ckpt_dir / name if name else ckpt.step_dir(self.ckpt_dir, self.step)
         ckpt.save_checkpoint(path, self.model, self.optimizer, self._state(),
-                             self.sampled.tensors() if self.sampled is not None else None, peer=self.peer)
+                             self.sampled.tensors() if self.sampled is not None else None, peer=self.peer,
+                             ema=self.ema.model if self.ema is not None else None)
         if name is None:
             ckpt.prune(self.ckpt_dir, self.cfg.keep_last)
         return path
@@ -325,6 +340,8 @@ class Trainer:
                 if not self._account(stats, log):
                     continue
                 self.step += 1
+                if self.ema is not None:
+                    self.ema.update(self.model, self.step)
                 self.elapsed = time.perf_counter() - start
                 log.update(self.step, stats)
                 if self.valid is not None and self.step % cfg.validate_every == 0:
@@ -440,10 +457,26 @@ class Trainer:
         save_model_dir(out, model, self.data.vocabs, meta)
         if peer is not None:
             save_model_dir(self.run_dir / "peer-model", peer, self.data.vocabs, {**meta, "peer": True})
+        self._save_ema_model(meta, log)
         reason = self.stop_reason or f"max_steps={self.cfg.max_steps} reached"
         log.record("end", self.step, {"reason": reason, "model": str(out), "weights": source})
         log.message(f"stopped at step {self.step}: {reason}; model directory {out} ({source})")
         return out
+
+    def _save_ema_model(self, meta: dict[str, Any], log: RunLog) -> None:
+        """RUN_DIR/ema-model: the moving average at the last update (train.ema_decay); without one, a stale
+        copy from an earlier run in this directory goes, so that the recipe never scores it."""
+        out = self.run_dir / EMA_MODEL
+        if self.ema is None or self.ema.updates == 0:
+            shutil.rmtree(out, ignore_errors=True)
+            if self.ema is not None:
+                log.message(f"no moving average to save: training stopped at update {self.step}, before "
+                            f"ema_start ({self.ema.start})")
+            return
+        first = self.step - self.ema.updates + 1
+        save_model_dir(out, self.ema.model, self.data.vocabs,
+                       {**meta, "weights": f"moving average (decay {self.ema.decay}) of updates {first}-{self.step}"})
+        log.message(f"moving average of updates {first}-{self.step} (decay {self.ema.decay}): {out}")
 
 
 def write_run_header(cfg: TrainConfig, model_cfg: ModelConfig, vocabs) -> None:

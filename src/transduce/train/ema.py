@@ -1,0 +1,43 @@
+"""An exponential moving average of the weights (``train.ema_decay``): a third model beside the final and the
+checkpoint average, as fairseq's ``--ema-decay`` and OpenNMT-py's ``-average_decay``.
+
+After update t (from ``start`` on), every parameter ``w`` of the average moves towards the model's:
+``w_ema <- decay * w_ema + (1 - decay) * w``; the first averaged update copies the weights, so the warm-up's
+weights, far from the end's, never enter. PyTorch's ``AveragedModel`` with its EMA function does the work.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+
+class WeightEMA:
+    """The average of ``model``'s weights over the updates from ``start`` on, with ``decay`` per update."""
+
+    def __init__(self, model: torch.nn.Module, decay: float, start: int):
+        if not 0 < decay < 1:
+            raise ValueError(f"EMA decay must be in (0, 1), got {decay}")
+        self.decay, self.start = decay, start
+        self.averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=False)
+        self.averaged.module.eval().requires_grad_(False)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The averaged weights, in a copy of the model (what checkpoints and RUN_DIR/ema-model store)."""
+        return self.averaged.module
+
+    @property
+    def updates(self) -> int:
+        """How many updates are in the average (0: it has not started)."""
+        return int(self.averaged.n_averaged)
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module, step: int) -> None:
+        """Fold ``model``'s weights after update ``step`` (1-based) into the average, once ``step`` >= start."""
+        if step >= self.start:
+            self.averaged.update_parameters(model)
+
+    def restore(self, updates: int) -> None:
+        """After loading a checkpoint's averaged weights into :attr:`model`: how many updates they hold."""
+        self.averaged.n_averaged.fill_(updates)
