@@ -176,14 +176,17 @@ def test_the_fp32_table_names_what_it_cannot_set(raw, tmp_path):
             load_recipe(path, [bad])
 
 
-def test_the_multi30k_recipe_in_fp32_drops_bit_and_uses_gelu_and_muon_at_peak_lr_0_006():
+def test_the_multi30k_recipe_is_muon_gelu_and_weight_decay_without_bit_in_bf16_and_fp32_alike():
     config = Path(__file__).resolve().parents[1] / "configs" / "multi30k-en-de.toml"
-    bf16 = load_recipe(config, ['train.dtype="bf16"'])
-    assert (bf16.train["bidirectional"], bf16.train["diversify"], bf16.train["peak_lr"]) == (0.5, "back", 0.003)
-    assert "optimizer" not in bf16.train  # the bf16 recipe keeps Adam, the default
-    fp32 = load_recipe(config, ['train.dtype="fp32"'])
-    assert fp32.fp32_applied == {"train.bidirectional": 0, "train.diversify": "off", "train.optimizer": "muon",
-                                 "train.peak_lr": 0.006, "model.activation": "gelu"}
+    recipes = [load_recipe(config, [f'train.dtype="{dtype}"']) for dtype in ("bf16", "fp32")]
+    for recipe in recipes:
+        assert recipe.fp32_applied == {}
+        train = {key: recipe.train[key] for key in ("optimizer", "peak_lr", "weight_decay", "bidirectional",
+                                                    "diversify", "rdrop_alpha")}
+        assert train == {"optimizer": "muon", "peak_lr": 0.006, "weight_decay": 0.1, "bidirectional": 0,
+                         "diversify": "off", "rdrop_alpha": 2.0}
+        assert recipe.model["activation"] == "gelu"
+    assert recipes[0].train == {**recipes[1].train, "dtype": "bf16"}
 
 
 def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(raw, tmp_path):
