@@ -176,15 +176,15 @@ def test_the_fp32_table_names_what_it_cannot_set(raw, tmp_path):
             load_recipe(path, [bad])
 
 
-def test_the_multi30k_recipe_is_muon_gelu_and_weight_decay_without_bit_in_bf16_and_fp32_alike():
+def test_the_multi30k_recipe_is_muon_gelu_weight_decay_and_ema_without_bit_in_bf16_and_fp32_alike():
     config = Path(__file__).resolve().parents[1] / "configs" / "multi30k-en-de.toml"
     recipes = [load_recipe(config, [f'train.dtype="{dtype}"']) for dtype in ("bf16", "fp32")]
     for recipe in recipes:
         assert recipe.fp32_applied == {}
         train = {key: recipe.train[key] for key in ("optimizer", "peak_lr", "weight_decay", "bidirectional",
-                                                    "diversify", "rdrop_alpha")}
+                                                    "diversify", "rdrop_alpha", "ema_decay")}
         assert train == {"optimizer": "muon", "peak_lr": 0.006, "weight_decay": 0.1, "bidirectional": 0,
-                         "diversify": "off", "rdrop_alpha": 2.0}
+                         "diversify": "off", "rdrop_alpha": 2.0, "ema_decay": 0.999}
         assert recipe.model["activation"] == "gelu"
     assert recipes[0].train == {**recipes[1].train, "dtype": "bf16"}
 
