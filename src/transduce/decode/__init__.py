@@ -2,4 +2,4 @@
 translator.py (text in/out, batch-invariant batching), cli.py (``transduce translate``).
 Python users start from ``transduce.load(model_dir)`` (transduce/api.py)."""
 
-DTYPES = ("fp32", "bf16", "int8")  # decoding precisions (translator.for_decoding); no torch import here
+DTYPES = ("fp32", "bf16", "fp16", "int8")  # decoding precisions (translator.for_decoding); no torch import here

@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run_.add_argument("--threads", type=int, default=1,
                       help="CPU threads; 1 (default) is bit-exactly batch-invariant, more may change last bits")
     run_.add_argument("--dtype", choices=list(DTYPES), default="fp32",
-                      help="bf16: weights and activations; int8: dynamically quantised linear layers (CPU)")
+                      help="bf16: weights and activations; fp16: the same on CUDA; int8: dynamically quantised linear layers (CPU)")
     run_.add_argument("--native", action="store_true",
                       help=NATIVE_HELP)
     run_.add_argument("--no-truncate", action="store_true", help="error on inputs longer than the model allows")

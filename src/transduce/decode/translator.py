@@ -34,6 +34,7 @@ def for_decoding(model: torch.nn.Module, dtype: str, device: torch.device) -> to
 
     * ``fp32``: as trained;
     * ``bf16``: weights and activations in bfloat16 (scores are still accumulated in fp32);
+    * ``fp16``: CUDA only; weights and activations in float16 (scores accumulated in fp32);
     * ``int8``: CPU only; every ``nn.Linear`` (projections, feed-forward, pre-softmax) dynamically
       quantised (int8 weights, activations quantised per batch), embeddings and norms in fp32. The
       activation scale is the batch's, so unlike fp32 and bf16 an output may depend on its batch.
@@ -42,6 +43,10 @@ def for_decoding(model: torch.nn.Module, dtype: str, device: torch.device) -> to
         return model
     if dtype == "bf16":
         return model.to(torch.bfloat16)
+    if dtype == "fp16":
+        if device.type != "cuda":
+            raise ValueError(f"dtype 'fp16' decodes on CUDA only, not on {device}: use 'bf16' or 'int8' on a CPU")
+        return model.to(torch.float16)
     if dtype == "int8":
         if device.type != "cpu":
             raise ValueError(f"dtype 'int8' (dynamic quantisation) runs on the CPU only, not on {device}")
