@@ -56,7 +56,7 @@ def load_test(url: str, texts: list[str], clients: int, requests: int, beam: int
         with httpx.Client(base_url=url, timeout=300) as c:
             for text in mine:
                 t = time.perf_counter()
-                r = c.post("/translate", json={"text": [text], "beam": beam})
+                r = c.post("/v1/translate", json={"text": [text], "beam": beam})
                 r.raise_for_status()
                 out.append((time.perf_counter() - t, r.json()["translations"][0]))
         return out
