@@ -24,3 +24,18 @@ class Live:
         self.server.should_exit = True
         self.thread.join(30)
         assert not self.thread.is_alive()
+
+
+def untrained_model(like, out, src_lang: str, tgt_lang: str, seed: int = 7):
+    """A randomly initialised model directory of ``like``'s shape and vocabulary, for a second pair.
+
+    Its translations are junk but deterministic and differ from ``like``'s, so a request routed to
+    the wrong model is caught."""
+    import torch
+
+    from transduce.model import Transformer
+    from transduce.modeldir import load_model_dir, save_model_dir
+
+    model, vocabs, _ = load_model_dir(like)
+    torch.manual_seed(seed)
+    return save_model_dir(out, Transformer(model.config).eval(), vocabs, {"src_lang": src_lang, "tgt_lang": tgt_lang})

@@ -19,11 +19,10 @@ pytest.importorskip("prometheus_client", reason="server tests need prometheus-cl
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from live_server import Live  # noqa: E402
+from live_server import Live, untrained_model  # noqa: E402
 from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
 from transduce.config import ConfigError  # noqa: E402
-from transduce.model import Transformer  # noqa: E402
 from transduce.modeldir import load_model_dir, save_model_dir  # noqa: E402
 from transduce.serve.keys import Access, RateLimiter, find_key, read_keys  # noqa: E402
 from transduce.serve.registry import ModelPool, PoolFull, read_models, spec_from_dir  # noqa: E402
@@ -38,10 +37,7 @@ DE = ["Ein Hund läuft im Park.", "Zwei Männer spielen Fußball.", "Eine Frau l
 
 @pytest.fixture(scope="module")
 def de_en_dir(tiny_model_dir, tmp_path_factory):
-    model, vocabs, _ = load_model_dir(tiny_model_dir)
-    torch.manual_seed(7)
-    return save_model_dir(tmp_path_factory.mktemp("models") / "de-en", Transformer(model.config).eval(), vocabs,
-                          {"src_lang": "de", "tgt_lang": "en"})
+    return untrained_model(tiny_model_dir, tmp_path_factory.mktemp("models") / "de-en", "de", "en")
 
 
 @pytest.fixture(scope="module")
