@@ -286,3 +286,27 @@ def test_page_and_attention_endpoint(specs, offline):
 def one_thread():
     yield
     torch.set_num_threads(1)
+
+
+def test_a_model_that_fails_to_load_names_itself_and_the_others_keep_working(specs, tmp_path):
+    model, vocabs, _ = load_model_dir(specs[0].path)
+    broken = save_model_dir(tmp_path / "fr-de", model, vocabs, {"src_lang": "fr", "tgt_lang": "de"})
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated
+    with TestClient(create_app([specs[0], spec_from_dir(broken)], load=loader)) as c:
+        r = c.post("/translate", json={"q": "Un chien.", "source": "fr", "target": "de"})
+        assert r.status_code == 500 and r.json()["error"].startswith(f"model fr-de ({broken}) could not be loaded")
+        r = c.post("/v1/translate", json={"text": ["Un chien."], "source": "fr", "target": "de"})
+        assert r.status_code == 500 and "model fr-de" in r.json()["detail"]
+        assert c.post("/translate", json={"q": EN[0], "source": "en", "target": "de"}).status_code == 200
+
+
+def test_one_model_without_languages_still_serves_v1(tiny_model_dir, tmp_path):
+    bare = save_model_dir(tmp_path / "bare", *load_model_dir(tiny_model_dir)[:2], {})
+    translator = load(bare)
+    with TestClient(create_app(translator, name="bare")) as c:
+        assert c.get("/languages").json() == []
+        r = c.post("/v1/translate", json={"text": [EN[0]]})
+        assert r.json() == {"translations": translator.translate([EN[0]])}
+        r = c.post("/translate", json={"q": EN[0], "source": "en", "target": "de"})
+        assert r.status_code == 400 and "no model translates 'en' to 'de'" in r.json()["error"]

@@ -72,7 +72,7 @@ async def read_fields(request: Request) -> dict[str, Any]:
 
 def languages(service: Service) -> list[dict]:
     specs = service.pool.specs.values()
-    codes = sorted({s.source for s in specs} | {s.target for s in specs})
+    codes = sorted(({s.source for s in specs} | {s.target for s in specs}) - {""})  # "": a model without [meta]
     return [{"code": c, "name": NAMES.get(c, c), "targets": sorted(s.target for s in specs if s.source == c)}
             for c in codes]
 

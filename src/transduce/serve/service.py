@@ -113,6 +113,8 @@ class Service:
             entry = await asyncio.to_thread(self.pool.acquire, spec)
         except PoolFull as e:
             raise Rejected(503, str(e), 5.0) from None
+        except Exception as e:  # noqa: BLE001 - a broken model directory: say which, keep serving the others
+            raise Rejected(500, f"model {spec.name} ({spec.path}) could not be loaded: {e}") from None
         try:
             tokens = self.check_tokens(entry, sentences, field) if key[0] != "call" else 1
             if not sentences:
