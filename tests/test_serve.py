@@ -20,6 +20,7 @@ pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extr
 from fastapi.testclient import TestClient  # noqa: E402
 
 from conftest import read_multi30k  # noqa: E402
+from live_server import Live  # noqa: E402
 from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
 from transduce.serve import server as srv  # noqa: E402
@@ -48,27 +49,6 @@ class Slow:
         return self.inner.translate(*args, **kwargs)
 
 
-class Live:
-    """uvicorn on 127.0.0.1 in a thread, on a free port."""
-
-    def __init__(self, app):
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "server did not start"
-            time.sleep(0.01)
-        host, port = self.server.servers[0].sockets[0].getsockname()[:2]
-        assert host == "127.0.0.1"
-        self.url = f"http://{host}:{port}"
-
-    def stop(self):
-        self.server.should_exit = True
-        self.thread.join(30)
-        assert not self.thread.is_alive()
-
-
 def test_concurrent_clients_get_offline_translations(translator, sentences):
     """6 clients × 5 requests of 1–3 sentences, beams 1 and 4 mixed: no errors, output = offline."""
     app = create_app(translator, Settings(wait_ms=20))
@@ -80,7 +60,7 @@ def test_concurrent_clients_get_offline_translations(translator, sentences):
         with httpx.Client(base_url=live.url, timeout=60) as c:
             out = []
             for text, beam in requests:
-                r = c.post("/translate", json={"text": text, "beam": beam})
+                r = c.post("/v1/translate", json={"text": text, "beam": beam})
                 out.append((r.status_code, r.json()))
             return out
 
@@ -100,7 +80,7 @@ def test_concurrent_clients_get_offline_translations(translator, sentences):
 
 def test_scores_nbest_and_empty_lines(translator, sentences):
     with TestClient(create_app(translator)) as c:
-        r = c.post("/translate", json={"text": sentences[:3] + [""], "beam": 4, "nbest": 2, "return_scores": True})
+        r = c.post("/v1/translate", json={"text": sentences[:3] + [""], "beam": 4, "nbest": 2, "return_scores": True})
         assert r.status_code == 200
         offline = translator.translate(sentences[:3] + [""], beam=4, nbest=2, return_scores=True)
         got = r.json()["translations"]
@@ -108,7 +88,7 @@ def test_scores_nbest_and_empty_lines(translator, sentences):
         assert [[(h["score"], h["logprob"]) for h in hyps] for hyps in got] == \
             [[(h.score, h.logprob) for h in hyps] for hyps in offline]  # floats survive JSON exactly
         assert got[3][0]["text"] == ""
-        assert c.post("/translate", json={"text": []}).json() == {"translations": []}
+        assert c.post("/v1/translate", json={"text": []}).json() == {"translations": []}
 
 
 def test_limits_answer_with_status_and_field(translator):
@@ -116,8 +96,8 @@ def test_limits_answer_with_status_and_field(translator):
     with TestClient(create_app(translator, settings)) as c:
         def post(body, raw=None):
             if raw is not None:
-                return c.post("/translate", content=raw, headers={"content-type": "application/json"})
-            return c.post("/translate", json=body)
+                return c.post("/v1/translate", content=raw, headers={"content-type": "application/json"})
+            return c.post("/v1/translate", json=body)
 
         cases = [
             ({"text": ["a"] * 4}, 413, "'text': 4 sentences exceed the limit of 3"),
@@ -141,22 +121,22 @@ def test_limits_answer_with_status_and_field(translator):
         def chunks():  # no Content-Length: the streamed body is counted
             for _ in range(30):
                 yield b" " * 100
-        r = c.post("/translate", content=chunks(), headers={"content-type": "application/json"})
+        r = c.post("/v1/translate", content=chunks(), headers={"content-type": "application/json"})
         assert r.status_code == 413
 
     long_settings = Settings(max_chars=10_000)
     with TestClient(create_app(translator, long_settings)) as c:
         too_long = " ".join(["dog"] * (translator.config.max_positions + 5))
-        r = c.post("/translate", json={"text": ["fine", too_long]})
+        r = c.post("/v1/translate", json={"text": ["fine", too_long]})
         assert r.status_code == 413 and "'text.1'" in r.json()["detail"] and "max_positions" in r.json()["detail"]
 
 
 def test_timeout_is_504_and_the_server_keeps_working(translator, sentences):
     with TestClient(create_app(Slow(translator, 0.6), Settings(timeout=0.2))) as c:
-        r = c.post("/translate", json={"text": sentences[:1]})
+        r = c.post("/v1/translate", json={"text": sentences[:1]})
         assert r.status_code == 504 and "0.2 s" in r.json()["detail"]
     with TestClient(create_app(Slow(translator, 0.05), Settings(timeout=30))) as c:
-        assert c.post("/translate", json={"text": sentences[:1]}).status_code == 200
+        assert c.post("/v1/translate", json={"text": sentences[:1]}).status_code == 200
 
 
 def test_graceful_shutdown_finishes_in_flight_requests(translator, sentences):
@@ -165,12 +145,12 @@ def test_graceful_shutdown_finishes_in_flight_requests(translator, sentences):
     result = {}
 
     def request():
-        result["r"] = httpx.post(live.url + "/translate", json={"text": sentences[:2], "beam": 2}, timeout=30)
+        result["r"] = httpx.post(live.url + "/v1/translate", json={"text": sentences[:2], "beam": 2}, timeout=30)
 
     t = threading.Thread(target=request)
     t.start()
     deadline = time.monotonic() + 10
-    while app.state.batcher.pending == 0:  # wait until the request is queued or running
+    while app.state.pool.pending == 0:  # wait until the request is queued or running
         assert time.monotonic() < deadline
         time.sleep(0.01)
     live.stop()  # like SIGTERM: stop accepting, finish what is in flight
@@ -187,8 +167,8 @@ def test_health_and_openapi(translator):
         assert health["status"] == "ok" and health["model"] == "tiny" and health["src_lang"] == "en"
         spec = c.get("/openapi.json").json()
         schema = spec["components"]["schemas"]["TranslateRequest"]
-        assert set(schema["properties"]) == {"text", "beam", "nbest", "alpha", "return_scores"}
-        assert "413" in spec["paths"]["/translate"]["post"]["responses"]
+        assert set(schema["properties"]) == {"text", "source", "target", "beam", "nbest", "alpha", "return_scores"}
+        assert "413" in spec["paths"]["/v1/translate"]["post"]["responses"]
 
 
 def test_cli_binds_localhost_by_default_and_checks_settings(tiny_model_dir, capsys, monkeypatch):

@@ -1,6 +1,14 @@
 """Serving over HTTP.
 
-server.py  — ``transduce serve``: the FastAPI app, limits, command line
-batcher.py — dynamic batching of concurrent requests on one worker thread
-bench.py   — load test: throughput and p50/p95 latency, batched vs one request at a time
+server.py    — ``transduce serve``: the FastAPI app, middleware, command line
+service.py   — what both APIs share: limits, key checks, routing, running work on a model's batcher
+libre.py     — the LibreTranslate API (/translate, /languages)
+v1.py        — transduce's own API (/v1/translate, /v1/attention, /v1/models)
+registry.py  — models TOML / directory of models, lazy loading within a memory budget (LRU)
+keys.py      — API keys file, constant-time comparison, per-key request limits
+metrics.py   — Prometheus /metrics
+alignment.py — word-level encoder–decoder attention for the page
+batcher.py   — dynamic batching of concurrent requests on one worker thread per model
+bench.py     — load test: throughput and latency percentiles
+static/      — the page at / (HTML + JS, no build step)
 """

@@ -42,8 +42,9 @@ class Stats:
 class Batcher:
     """``submit`` jobs from any thread; ``translate(sentences, key) -> list`` runs on the worker."""
 
-    def __init__(self, translate, wait_s: float = 0.005, batch_tokens: int = 4096, max_requests: int = 64):
-        self.translate, self.wait_s = translate, wait_s
+    def __init__(self, translate, wait_s: float = 0.005, batch_tokens: int = 4096, max_requests: int = 64,
+                 on_batch=None):
+        self.translate, self.wait_s, self.on_batch = translate, wait_s, on_batch  # on_batch(requests, sentences)
         self.batch_tokens, self.max_requests = batch_tokens, max_requests
         self.stats = Stats()
         self._jobs: deque[Job] = deque()
@@ -129,6 +130,8 @@ class Batcher:
         self.stats.sentences += len(sentences)
         self.stats.batches += 1
         self.stats.max_requests_in_batch = max(self.stats.max_requests_in_batch, len(jobs))
+        if self.on_batch is not None:
+            self.on_batch(len(jobs), len(sentences))
         start = 0
         for job in jobs:
             job.future.set_result(results[start : start + len(job.sentences)])

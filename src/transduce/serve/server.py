@@ -1,19 +1,20 @@
-"""``transduce serve``: a JSON translation API over HTTP (FastAPI + uvicorn).
+"""``transduce serve``: translation over HTTP (FastAPI + uvicorn), one model or many.
 
-    transduce serve --model DIR [--host 127.0.0.1] [--port 8080]
+    transduce serve --model DIR                   one model directory
+    transduce serve --models models.toml          several, routed by language pair (see registry.py)
+    transduce serve --models DIR_OF_MODELS        every model directory in DIR_OF_MODELS
 
-    POST /translate  {"text": ["A dog runs."], "beam": 4, "nbest": 1, "alpha": 0.6, "return_scores": false}
-                     -> {"translations": ["Ein Hund läuft."]}   (input order; n-best lists when nbest > 1;
-                        {"text", "score", "logprob"} objects when return_scores)
-    GET  /health     -> {"status": "ok", ...}
-    GET  /openapi.json, /docs   the API description FastAPI derives from the models below
+    POST /translate, GET /languages   the LibreTranslate API (libre.py)
+    POST /v1/translate, /v1/attention, GET /v1/models   transduce's own API (v1.py)
+    GET  /            a page to translate in the browser (static/)
+    GET  /metrics     Prometheus metrics (metrics.py)
+    GET  /health      -> {"status": "ok", ...}
+    GET  /openapi.json, /docs   the API description FastAPI derives from the request models
 
-Concurrent requests are batched by :class:`~transduce.serve.batcher.Batcher` (one worker
-thread runs the translator). Limits answer with a status and a message naming the field:
-too many sentences, too long a sentence or too large a body -> 413; malformed JSON -> 400;
-wrong types or values -> 422; a request slower than ``--timeout`` -> 504. uvicorn's graceful
-shutdown (SIGINT/SIGTERM) stops accepting connections, lets in-flight requests finish,
-then the batcher drains its queue.
+Concurrent requests for one model are batched by :class:`~transduce.serve.batcher.Batcher` (one
+worker thread per loaded model). Models load on first use within ``--memory-budget-mb``.
+uvicorn's graceful shutdown (SIGINT/SIGTERM) stops accepting connections, lets in-flight
+requests finish, then the batchers drain their queues.
 """
 
 from __future__ import annotations
@@ -21,55 +22,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
 from ..decode import DTYPES
 from ..decode.native_help import NATIVE_HELP
-from .batcher import Batcher, Job
+from .keys import Access, read_keys
+from .registry import ModelPool, ModelSpec, read_models
+from .service import Service, Settings, make_batcher_factory
 
 try:
-    from fastapi import FastAPI, HTTPException, Request
+    from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
-    from pydantic import BaseModel, ConfigDict, Field
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from pydantic import BaseModel
+
+    from . import libre, v1
+    from .metrics import CONTENT_TYPE, Metrics
 except ImportError as e:  # pragma: no cover - the serve extra is missing
-    raise ImportError("transduce serve needs fastapi and uvicorn: pip install 'transduce[serve]'") from e
+    raise ImportError("transduce serve needs fastapi, uvicorn and prometheus-client: "
+                      "pip install 'transduce[serve]'") from e
 
-
-@dataclass
-class Settings:
-    """Limits and batching; every field is a command-line option of ``transduce serve``."""
-
-    max_sentences: int = 64  # per request
-    max_chars: int = 2000  # per sentence
-    max_body: int = 1_000_000  # bytes
-    max_beam: int = 16
-    timeout: float = 60.0  # seconds per request, queueing included
-    wait_ms: float = 5.0  # how long an idle worker waits for company
-    batch_tokens: int = 4096  # source tokens per batch
-    max_batch_requests: int = 64  # 1 = one request at a time
-
-
-class TranslateRequest(BaseModel):
-    """Sentences to translate and how. Unknown fields and wrong types are rejected (422)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    text: list[str] = Field(description="sentences, translated independently, answered in this order")
-    beam: int = Field(4, description="beam size (§6.1: 4); 1 = greedy")
-    nbest: int = Field(1, description="hypotheses per sentence (at most beam)")
-    alpha: float = Field(0.6, description="length penalty α (§6.1: 0.6)")
-    return_scores: bool = Field(False, description="return {text, score, logprob} objects instead of strings")
-
-
-class Scored(BaseModel):
-    text: str
-    score: float = Field(description="ranking score: logprob / length penalty")
-    logprob: float = Field(description="model log-probability of the tokens and eos")
-
-
-class TranslateResponse(BaseModel):
-    translations: list[str] | list[Scored] | list[list[str]] | list[list[Scored]]
+STATIC = Path(__file__).with_name("static")
+__all__ = ["Settings", "create_app", "add_arguments", "run"]
 
 
 class Health(BaseModel):
@@ -77,6 +52,8 @@ class Health(BaseModel):
     model: str
     src_lang: str
     tgt_lang: str
+    models: int
+    loaded: int
     pending: int
     requests: int
     batches: int
@@ -96,8 +73,8 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        too_large = JSONResponse(status_code=413, content={
-            "detail": f"request body larger than the limit of {self.max_bytes} bytes"})
+        message = f"request body larger than the limit of {self.max_bytes} bytes"
+        too_large = JSONResponse(status_code=413, content={"detail": message, "error": message})  # both APIs' keys
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             return await too_large(scope, receive, send)
@@ -142,81 +119,91 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
         {"field": _field(e["loc"]), "message": e["msg"]} for e in errors]})
 
 
-def _reject(status: int, field: str, message: str):
-    raise HTTPException(status_code=status, detail=f"field '{field}': {message}")
+class Observe:
+    """ASGI middleware: count each HTTP request and its latency in the metrics."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), [500]
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.metrics.observe(scope["path"], status[0], time.perf_counter() - start)
 
 
-def create_app(translator, settings: Settings | None = None, name: str = "") -> FastAPI:
-    """The ASGI app around a loaded :class:`~transduce.decode.translator.Translator`."""
+def single_spec(translator, name: str) -> ModelSpec:
+    meta = getattr(translator, "meta", {}) or {}
+    return ModelSpec(name or "model", Path(name or "."), str(meta.get("src_lang", "")), str(meta.get("tgt_lang", "")))
+
+
+def create_app(models, settings: Settings | None = None, name: str = "", access: Access | None = None,
+               load=None, budget_bytes: int = 0) -> FastAPI:
+    """The ASGI app around one loaded :class:`~transduce.decode.translator.Translator` (``models``), or
+    around a list of :class:`~transduce.serve.registry.ModelSpec` loaded on first use by ``load(spec)``
+    within ``budget_bytes`` (0: no limit)."""
     settings = settings or Settings()
-    vocab, max_tokens = translator.vocabs.src, translator.config.max_positions
-
-    def run_batch(sentences: list[str], key) -> list:
-        beam, nbest, alpha = key
-        return translator.translate(sentences, beam=beam, nbest=nbest, alpha=alpha, return_scores=True,
-                                    truncate=False)
-
-    batcher = Batcher(run_batch, settings.wait_ms / 1000, settings.batch_tokens, settings.max_batch_requests)
+    access = access or Access([], require="never")
+    if isinstance(models, list):
+        if load is None:
+            raise ValueError("serving model specs needs load(spec) -> Translator")
+        pool = ModelPool(models, load, None, budget_bytes)
+    else:
+        pool = ModelPool([single_spec(models, name)], lambda spec: models, None, 0)
+    metrics = Metrics(pool)
+    pool.make_batcher = make_batcher_factory(settings, metrics)
+    if not isinstance(models, list):
+        pool.add_loaded(next(iter(pool.specs.values())), models)
+    service = Service(pool, settings, access)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        batcher.start()
         yield
-        await asyncio.to_thread(batcher.stop)  # after uvicorn has finished in-flight requests
+        await asyncio.to_thread(pool.stop)  # after uvicorn has finished in-flight requests
 
     app = FastAPI(title="transduce", version=_version(), lifespan=lifespan,
-                  description="Translation with a Transformer (Vaswani et al., 2017). " + __doc__.split("\n\n")[0])
-    app.state.batcher, app.state.settings = batcher, settings
+                  description="Translation with a Transformer (Vaswani et al., 2017). " + v1.__doc__.split("\n\n")[0])
+    app.state.pool, app.state.service, app.state.settings, app.state.metrics = pool, service, settings, metrics
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
+    app.add_middleware(Observe, metrics=metrics)
+    app.include_router(libre.router(service))
+    app.include_router(v1.router(service))
 
     @app.get("/health", response_model=Health)
     def health() -> Health:
-        s = batcher.stats
-        return Health(status="ok", model=name, src_lang=str(translator.meta.get("src_lang", "")),
-                      tgt_lang=str(translator.meta.get("tgt_lang", "")), pending=batcher.pending,
-                      requests=s.requests, batches=s.batches, max_requests_in_batch=s.max_requests_in_batch)
+        loaded = list(pool.loaded.values())
+        first = next(iter(pool.specs.values()))
+        stats = [e.batcher.stats for e in loaded]
+        return Health(status="ok", model=first.name if len(pool.specs) == 1 else "", models=len(pool.specs),
+                      src_lang=first.source if len(pool.specs) == 1 else "",
+                      tgt_lang=first.target if len(pool.specs) == 1 else "", loaded=len(loaded),
+                      pending=pool.pending, requests=sum(s.requests for s in stats),
+                      batches=sum(s.batches for s in stats),
+                      max_requests_in_batch=max((s.max_requests_in_batch for s in stats), default=0))
 
-    @app.post("/translate", response_model=TranslateResponse,
-              responses={400: {"description": "malformed JSON"}, 413: {"description": "a limit was exceeded"},
-                         422: {"description": "wrong field type or value"}, 504: {"description": "timeout"}})
-    async def translate(req: TranslateRequest) -> dict:
-        if len(req.text) > settings.max_sentences:
-            _reject(413, "text", f"{len(req.text)} sentences exceed the limit of {settings.max_sentences} per request")
-        if not 1 <= req.beam <= settings.max_beam:
-            _reject(422, "beam", f"must be between 1 and {settings.max_beam}, got {req.beam}")
-        if not 1 <= req.nbest <= req.beam:
-            _reject(422, "nbest", f"must be between 1 and beam={req.beam}, got {req.nbest}")
-        if not 0.0 <= req.alpha <= 10.0:
-            _reject(422, "alpha", f"must be between 0 and 10, got {req.alpha}")
-        tokens = 0
-        for i, sentence in enumerate(req.text):
-            if len(sentence) > settings.max_chars:
-                _reject(413, f"text.{i}", f"{len(sentence)} characters exceed the limit of {settings.max_chars}")
-            n = len(vocab.encode(sentence)) + 1
-            if n > max_tokens:
-                _reject(413, f"text.{i}", f"{n} source tokens exceed the model's max_positions={max_tokens}")
-            tokens += n
-        if not req.text:
-            return {"translations": []}
-        try:
-            future = batcher.submit(Job(req.text, (req.beam, req.nbest, req.alpha), tokens))
-        except RuntimeError as e:
-            raise HTTPException(status_code=503, detail=str(e)) from None
-        try:
-            results = await asyncio.wait_for(asyncio.wrap_future(future), settings.timeout)
-        except asyncio.TimeoutError:
-            raise HTTPException(status_code=504, detail=f"translation took longer than the "
-                                                        f"{settings.timeout:g} s per-request timeout") from None
-        return {"translations": [_shape(r, req.return_scores) for r in results]}
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/", include_in_schema=False)
+    def page() -> HTMLResponse:
+        return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))
+
+    @app.get("/page.js", include_in_schema=False)
+    def page_script() -> Response:
+        return Response((STATIC / "page.js").read_text(encoding="utf-8"), media_type="text/javascript")
 
     return app
-
-
-def _shape(result, scores: bool):
-    if isinstance(result, list):
-        return [_shape(r, scores) for r in result]
-    return {"text": result.text, "score": result.score, "logprob": result.logprob} if scores else result.text
 
 
 def _version() -> str:
@@ -228,13 +215,28 @@ def _version() -> str:
 # ---------------------------------------------------------------------------- command line
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Settings()
-    parser.add_argument("--model", required=True, type=Path, help="model directory")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", type=Path, help="one model directory")
+    which.add_argument("--models", type=Path, help="a models TOML ([[model]] path/source/target) or a directory "
+                                                   "of model directories whose [meta] names src_lang/tgt_lang")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="fp32", choices=DTYPES)
     parser.add_argument("--native", action="store_true", help=NATIVE_HELP)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--memory-budget-mb", type=float, default=0,
+                        help="with --models: MiB of loaded models; the least recently used idle ones are unloaded "
+                             "to load another (default 0: no limit)")
+    parser.add_argument("--api-keys", type=Path, default=None,
+                        help="file of API keys, one per line: KEY [REQUESTS_PER_MINUTE]")
+    parser.add_argument("--require-api-key", choices=("remote", "always"), default="remote",
+                        help="with --api-keys: who must send a key (default: clients not on this machine)")
+    parser.add_argument("--key-limit", type=int, default=0,
+                        help="requests per minute for keys without their own number (default 0: no limit)")
+    parser.add_argument("--req-limit", type=int, default=0,
+                        help="requests per minute per client address without a key (default 0: no limit)")
+    parser.add_argument("--beam", type=int, default=d.beam, help="beam of the LibreTranslate API and the page")
     parser.add_argument("--max-sentences", type=int, default=d.max_sentences, help="sentences per request")
     parser.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per sentence")
     parser.add_argument("--max-body", type=int, default=d.max_body, help="request body bytes")
@@ -250,11 +252,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     s = Settings(args.max_sentences, args.max_chars, args.max_body, args.max_beam, args.timeout, args.wait_ms,
-                 args.batch_tokens, args.max_batch_requests)
+                 args.batch_tokens, args.max_batch_requests, args.beam)
     for key, value in vars(s).items():
         if value < 0 or (value == 0 and key != "wait_ms"):
             raise ValueError(f"--{key.replace('_', '-')} must be positive, got {value}")
+    if s.beam > s.max_beam:
+        raise ValueError(f"--beam {s.beam} is larger than --max-beam {s.max_beam}")
+    for key in ("memory_budget_mb", "key_limit", "req_limit"):
+        if getattr(args, key) < 0:
+            raise ValueError(f"--{key.replace('_', '-')} must not be negative, got {getattr(args, key)}")
     return s
+
+
+def access_from_args(args: argparse.Namespace) -> Access:
+    if args.api_keys is None:
+        return Access([], require="never", anonymous_limit=args.req_limit)
+    return Access(read_keys(args.api_keys, args.key_limit), args.require_api_key, args.req_limit)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -264,10 +277,20 @@ def run(args: argparse.Namespace) -> int:
     from ..api import load
 
     settings = settings_from_args(args)
+    access = access_from_args(args)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    translator = load(args.model, device=args.device, dtype=args.dtype, native=args.native)
-    app = create_app(translator, settings, name=Path(args.model).name)
+    if args.model is not None:
+        translator = load(args.model, device=args.device, dtype=args.dtype, native=args.native)
+        app = create_app(translator, settings, name=Path(args.model).name, access=access)
+    else:
+        specs = read_models(args.models)
+
+        def load_spec(spec: ModelSpec):
+            return load(spec.path, device=args.device, dtype=spec.dtype or args.dtype, native=args.native)
+
+        app = create_app(specs, settings, access=access, load=load_spec,
+                         budget_bytes=int(args.memory_budget_mb * 2**20))
     uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout,
                 log_level="info")
     return 0

@@ -1,0 +1,147 @@
+"""What both HTTP APIs share: limits, key checks, routing to a model, and running work on its batcher.
+
+Every use of a model goes through its :class:`~transduce.serve.batcher.Batcher` worker thread (one
+per loaded model), so translation, attention recording and HTML translation never run
+concurrently on one model. A batcher job's key is ``(kind, options)``; jobs batch together only
+when both match.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from .batcher import Batcher, Job
+from .keys import Access, Denied
+from .registry import Loaded, ModelPool, ModelSpec, NoModel, PoolFull
+
+
+@dataclass
+class Settings:
+    """Limits and batching; every field is a command-line option of ``transduce serve``."""
+
+    max_sentences: int = 64  # per request
+    max_chars: int = 2000  # per sentence
+    max_body: int = 1_000_000  # bytes
+    max_beam: int = 16
+    timeout: float = 60.0  # seconds per request, queueing included
+    wait_ms: float = 5.0  # how long an idle worker waits for company
+    batch_tokens: int = 4096  # source tokens per batch
+    max_batch_requests: int = 64  # 1 = one request at a time
+    beam: int = 4  # beam of the LibreTranslate API and the page (§6.1: 4)
+
+
+class Rejected(Exception):
+    """A request the server refuses: HTTP ``status`` and a message naming the field."""
+
+    def __init__(self, status: int, message: str, retry_after: float = 0.0):
+        super().__init__(message)
+        self.status, self.message, self.retry_after = status, message, retry_after
+
+
+def run_job(translator, sentences: list[str], key):
+    """What a batcher worker does with one batch (``key = (kind, options)``)."""
+    kind, options = key
+    if kind == "translate":
+        return translator.translate(sentences, return_scores=True, truncate=False, **dict(options))
+    if kind == "attention":
+        from ..viz.attention import sentence_attention
+        from .alignment import word_alignment
+
+        return [word_alignment(sentence_attention(translator, s, **dict(options))) if s.strip() else
+                {"translation": "", "source_words": [], "target_words": [], "weights": []} for s in sentences]
+    if kind == "call":  # one arbitrary function of the translator per job (HTML translation)
+        (function,) = sentences
+        return [function(translator)]
+    raise ValueError(f"unknown job kind {kind!r}")
+
+
+class Service:
+    def __init__(self, pool: ModelPool, settings: Settings, access: Access):
+        self.pool, self.settings, self.access = pool, settings, access
+
+    def authorize(self, given: str | None, host: str | None) -> str:
+        try:
+            return self.access.check(given, host)
+        except Denied as e:
+            raise Rejected(e.status, str(e), e.retry_after) from None
+
+    def route(self, source: str | None, target: str | None) -> ModelSpec:
+        """The model for a pair; with one model, the pair may be left out."""
+        if not source and not target and len(self.pool.specs) == 1:
+            return next(iter(self.pool.specs.values()))
+        if not source or not target:
+            raise Rejected(400, "name both 'source' and 'target' languages (this server has several models)")
+        try:
+            return self.pool.route(source, target)
+        except NoModel as e:
+            raise Rejected(400, str(e)) from None
+
+    def check_text(self, spec: ModelSpec, sentences: list[str], field: str) -> None:
+        s = self.settings
+        if len(sentences) > s.max_sentences:
+            raise Rejected(413, f"field '{field}': {len(sentences)} sentences exceed the limit of {s.max_sentences} "
+                                "per request")
+        for i, sentence in enumerate(sentences):
+            if len(sentence) > s.max_chars:
+                raise Rejected(413, f"field '{field}.{i}': {len(sentence)} characters exceed the limit of "
+                                    f"{s.max_chars}")
+
+    def check_tokens(self, entry: Loaded, sentences: list[str], field: str) -> int:
+        translator = entry.translator
+        vocab, max_tokens = translator.vocabs.src, translator.config.max_positions
+        total = 0
+        for i, sentence in enumerate(sentences):
+            n = len(vocab.encode(sentence)) + 1
+            if n > max_tokens:
+                raise Rejected(413, f"field '{field}.{i}': {n} source tokens exceed the model's "
+                                    f"max_positions={max_tokens}")
+            total += n
+        return total
+
+    def check_search(self, beam: int, nbest: int, alpha: float = 0.6) -> None:
+        if not 1 <= beam <= self.settings.max_beam:
+            raise Rejected(422, f"field 'beam': must be between 1 and {self.settings.max_beam}, got {beam}")
+        if not 1 <= nbest <= beam:
+            raise Rejected(422, f"field 'nbest': must be between 1 and beam={beam}, got {nbest}")
+        if not 0.0 <= alpha <= 10.0:
+            raise Rejected(422, f"field 'alpha': must be between 0 and 10, got {alpha}")
+
+    async def run(self, spec: ModelSpec, sentences: list, key, field: str = "text") -> list:
+        """Queue ``sentences`` on the model's batcher (loading the model if needed) and await the results."""
+        try:
+            entry = await asyncio.to_thread(self.pool.acquire, spec)
+        except PoolFull as e:
+            raise Rejected(503, str(e), 5.0) from None
+        except Exception as e:  # noqa: BLE001 - a broken model directory: say which, keep serving the others
+            raise Rejected(500, f"model {spec.name} ({spec.path}) could not be loaded: {e}") from None
+        try:
+            tokens = self.check_tokens(entry, sentences, field) if key[0] != "call" else 1
+            if not sentences:
+                return []
+            try:
+                future = entry.batcher.submit(Job(sentences, key, tokens))
+            except RuntimeError as e:
+                raise Rejected(503, str(e)) from None
+            try:
+                return await asyncio.wait_for(asyncio.wrap_future(future), self.settings.timeout)
+            except asyncio.TimeoutError:
+                raise Rejected(504, f"translation took longer than the {self.settings.timeout:g} s per-request "
+                                    "timeout") from None
+        finally:
+            self.pool.release(entry)
+
+    async def translate(self, spec: ModelSpec, sentences: list[str], beam: int, nbest: int = 1,
+                        alpha: float = 0.6, field: str = "text") -> list:
+        self.check_search(beam, nbest, alpha)
+        self.check_text(spec, sentences, field)
+        return await self.run(spec, sentences, ("translate", (("alpha", alpha), ("beam", beam), ("nbest", nbest))),
+                              field)
+
+
+def make_batcher_factory(settings: Settings, metrics):
+    def make(spec: ModelSpec, translator) -> Batcher:
+        return Batcher(lambda sentences, key: run_job(translator, sentences, key), settings.wait_ms / 1000,
+                       settings.batch_tokens, settings.max_batch_requests, on_batch=metrics.on_batch(spec.pair))
+
+    return make

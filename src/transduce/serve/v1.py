@@ -1,0 +1,132 @@
+"""transduce's own JSON API, versioned under ``/v1`` (its schema is the OpenAPI page at ``/docs``).
+
+    POST /v1/translate  {"text": ["A dog runs."], "source": "en", "target": "de", "beam": 4, "nbest": 1,
+                         "alpha": 0.6, "return_scores": false}
+                        -> {"translations": ["Ein Hund läuft."]}   (input order; n-best lists when nbest > 1;
+                           {"text", "score", "logprob"} objects when return_scores)
+    POST /v1/attention  {"text": ["A dog runs."], "source": "en", "target": "de", "beam": 4}
+                        -> {"alignments": [{"translation", "source_words", "target_words", "weights"}]}
+    GET  /v1/models     -> [{"name", "source", "target", "loaded", "bytes"}]
+
+``source`` and ``target`` may be left out when the server holds one model. An API key, where
+needed, goes in the ``X-API-Key`` header (or ``Authorization: Bearer KEY``). Errors answer
+``{"detail": "..."}``: 400 malformed JSON or unknown pair, 403 key, 413 a size limit,
+422 a wrong field, 429 request limit, 503 memory budget full, 504 timeout.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from .service import Rejected, Service
+
+
+class TranslateRequest(BaseModel):
+    """Sentences to translate and how. Unknown fields and wrong types are rejected (422)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    text: list[str] = Field(description="sentences, translated independently, answered in this order")
+    source: str | None = Field(None, description="source language (may be left out with one model)")
+    target: str | None = Field(None, description="target language (may be left out with one model)")
+    beam: int = Field(4, description="beam size (§6.1: 4); 1 = greedy")
+    nbest: int = Field(1, description="hypotheses per sentence (at most beam)")
+    alpha: float = Field(0.6, description="length penalty α (§6.1: 0.6)")
+    return_scores: bool = Field(False, description="return {text, score, logprob} objects instead of strings")
+
+
+class Scored(BaseModel):
+    text: str
+    score: float = Field(description="ranking score: logprob / length penalty")
+    logprob: float = Field(description="model log-probability of the tokens and eos")
+
+
+class TranslateResponse(BaseModel):
+    translations: list[str] | list[Scored] | list[list[str]] | list[list[Scored]]
+
+
+class AttentionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    text: list[str] = Field(description="sentences; each is translated and its attention recorded")
+    source: str | None = None
+    target: str | None = None
+    beam: int = Field(4, description="beam size of the translation whose attention is shown")
+
+
+class Alignment(BaseModel):
+    translation: str
+    source_words: list[str]
+    target_words: list[str]
+    weights: list[list[float]] = Field(description="weights[j][i]: encoder–decoder attention of target word j on "
+                                                   "source word i, mean over layers and heads")
+
+
+class AttentionResponse(BaseModel):
+    alignments: list[Alignment]
+
+
+class ModelInfo(BaseModel):
+    name: str
+    source: str
+    target: str
+    loaded: bool
+    bytes: int = Field(description="memory of the loaded model (0 when not loaded)")
+
+
+def api_key(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+def _shape(result, scores: bool):
+    if isinstance(result, list):
+        return [_shape(r, scores) for r in result]
+    return {"text": result.text, "score": result.score, "logprob": result.logprob} if scores else result.text
+
+
+def _http(e: Rejected) -> HTTPException:
+    headers = {"Retry-After": str(max(1, round(e.retry_after)))} if e.retry_after else None
+    return HTTPException(status_code=e.status, detail=e.message, headers=headers)
+
+
+def router(service: Service) -> APIRouter:
+    api = APIRouter(prefix="/v1", tags=["transduce API"])
+    client = (lambda request: request.client.host if request.client else None)
+    errors = {400: {"description": "malformed JSON or unknown language pair"}, 403: {"description": "API key"},
+              413: {"description": "a limit was exceeded"}, 422: {"description": "wrong field type or value"},
+              429: {"description": "request limit"}, 503: {"description": "memory budget full"},
+              504: {"description": "timeout"}}
+
+    @api.post("/translate", response_model=TranslateResponse, responses=errors)
+    async def translate(req: TranslateRequest, request: Request) -> dict:
+        try:
+            service.authorize(api_key(request), client(request))
+            spec = service.route(req.source, req.target)
+            results = await service.translate(spec, req.text, req.beam, req.nbest, req.alpha)
+        except Rejected as e:
+            raise _http(e) from None
+        return {"translations": [_shape(r, req.return_scores) for r in results]}
+
+    @api.post("/attention", response_model=AttentionResponse, responses=errors)
+    async def attention(req: AttentionRequest, request: Request) -> dict:
+        try:
+            service.authorize(api_key(request), client(request))
+            spec = service.route(req.source, req.target)
+            service.check_search(req.beam, 1)
+            service.check_text(spec, req.text, "text")
+            result = await service.run(spec, req.text, ("attention", (("beam", req.beam),)))
+        except Rejected as e:
+            raise _http(e) from None
+        except ValueError as e:  # e.g. a model decoded by the C++ step records no attention
+            raise HTTPException(status_code=400, detail=f"attention is not available: {e}") from None
+        return {"alignments": result}
+
+    @api.get("/models", response_model=list[ModelInfo])
+    async def models() -> list[dict]:
+        loaded = dict(service.pool.loaded)
+        return [{"name": s.name, "source": s.source, "target": s.target, "loaded": s.name in loaded,
+                 "bytes": loaded[s.name].nbytes if s.name in loaded else 0} for s in service.pool.specs.values()]
+
+    return api

@@ -1,0 +1,111 @@
+"""The page at ``/`` in a real headless browser (Debian's chromium + chromium-driver, driven by selenium).
+
+Choose a pair, type two sentences, press Translate: the page shows the offline translation; hovering a
+translated word shades the source words by the attention weights the API returned.
+
+Without a browser the test is skipped with a loud reason (and a warning in the summary);
+with TRANSDUCE_REQUIRE_BROWSER=1 (set by .ci/run, which installs the browser) it fails instead.
+"""
+
+import os
+import shutil
+import warnings
+
+import pytest
+import torch
+
+httpx = pytest.importorskip("httpx", reason="server tests need httpx")
+pytest.importorskip("uvicorn", reason="server tests need uvicorn (the serve extra)")
+pytest.importorskip("prometheus_client", reason="server tests need prometheus-client (the serve extra)")
+
+from live_server import Live, untrained_model  # noqa: E402
+from transduce.api import load  # noqa: E402
+from transduce.serve.registry import spec_from_dir  # noqa: E402
+from transduce.serve.server import create_app  # noqa: E402
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1200,900"]
+SENTENCES = ["A dog runs in the park.", "Two men are playing soccer."]
+
+
+def no_browser(why: str):
+    message = (f"NO BROWSER, PAGE TEST SKIPPED: {why}. Install Debian's chromium and chromium-driver "
+               "(apt-get install -y chromium chromium-driver) to run it.")
+    if os.environ.get("TRANSDUCE_REQUIRE_BROWSER"):
+        pytest.fail(message + " (TRANSDUCE_REQUIRE_BROWSER is set)")
+    warnings.warn(message, stacklevel=2)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def browser(tmp_path):
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        no_browser("the selenium package is not installed (pip install selenium)")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if binary is None or driver_path is None:
+        no_browser(f"chromium {'found' if binary else 'not found'}, chromedriver "
+                   f"{'found' if driver_path else 'not found'} on PATH")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in CHROMIUM_FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def test_page_translates_and_shows_attention_on_hover(browser, tiny_model_dir, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    other = untrained_model(tiny_model_dir, tmp_path / "de-en", "de", "en")
+    specs = [spec_from_dir(tiny_model_dir, name="en-de"), spec_from_dir(other)]
+    live = Live(create_app(specs, load=lambda spec: load(spec.path)))
+    try:
+        browser.get(live.url + "/")
+        wait = WebDriverWait(browser, 120)
+        wait.until(lambda d: len(Select(d.find_element(By.ID, "pair")).options) == 2)
+        pairs = Select(browser.find_element(By.ID, "pair"))
+        assert sorted(o.text for o in pairs.options) == ["English \u2192 German", "German \u2192 English"]
+        pairs.select_by_value("en|de")
+        browser.find_element(By.ID, "source").send_keys("\n".join(SENTENCES))
+        browser.find_element(By.ID, "translate").click()
+        wait.until(lambda d: d.find_element(By.ID, "plain").text.strip())
+        assert browser.find_element(By.ID, "status").text == ""
+        assert browser.find_element(By.ID, "plain").text == "\n".join(load(tiny_model_dir).translate(SENTENCES))
+
+        api = httpx.post(live.url + "/v1/attention", json={"text": SENTENCES[:1], "source": "en", "target": "de"},
+                         timeout=60).json()["alignments"][0]
+        line = browser.find_elements(By.CSS_SELECTOR, "#lines .line")[0]
+        targets = line.find_elements(By.CSS_SELECTOR, ".tgt-word")
+        sources = line.find_elements(By.CSS_SELECTOR, ".src-word")
+        assert [t.text for t in targets] == api["target_words"] and [s.text for s in sources] == api["source_words"]
+        j = 1  # the second target word
+        ActionChains(browser).move_to_element(targets[j]).perform()
+        wait.until(lambda d: sources[0].get_attribute("data-weight") is not None)
+        shown = [float(s.get_attribute("data-weight")) for s in sources]
+        assert shown == pytest.approx(api["weights"][j], abs=1e-4)
+        strongest = max(range(len(shown)), key=shown.__getitem__)
+        colour = "return getComputedStyle(arguments[0]).backgroundColor"
+        assert browser.execute_script(colour, sources[strongest]) == "rgb(255, 140, 0)"  # full shade
+        assert targets[j].get_attribute("title").startswith("attended to: " + api["source_words"][strongest])
+        ActionChains(browser).move_to_element(browser.find_element(By.ID, "translate")).perform()
+        wait.until(lambda d: sources[0].get_attribute("data-weight") is None)  # un-hovered: shading removed
+
+        pairs.select_by_value("de|en")  # an error from the server is shown on the page, not swallowed
+        source = browser.find_element(By.ID, "source")
+        source.clear()
+        source.send_keys("x" * 2001)
+        browser.find_element(By.ID, "translate").click()
+        wait.until(lambda d: d.find_element(By.ID, "status").text.startswith("error:"))
+        assert "2001 characters exceed the limit of 2000" in browser.find_element(By.ID, "status").text
+    finally:
+        live.stop()
+        torch.set_num_threads(1)
