@@ -282,8 +282,8 @@ def part_decode(args, data) -> str:
             f"{args.decode_sentences} sentences at batch 64 and {args.decode_sentences_batch1} at batch 1; median of "
             f"{args.decode_repeats} alternating runs, each engine in its own process (peak RSS = that process's "
             "VmHWM, model load included). Length penalty 0, max length |x| + 50. Tokens = output tokens + eos. "
-            "BLEU: tokenised, lowercased, on the sentences decoded at that batch size (the issue asks bf16 and "
-            "int8 to stay within 0.3 of fp32). "
+            "BLEU: tokenised, lowercased, on the sentences decoded at that batch size (bf16 and "
+            "int8 are meant to stay within 0.3 of fp32). "
             f"Pairs with the same arithmetic: {', '.join(f'{a} ≡ {b}' for a, b in SAME_ARITHMETIC.items())}.\n\n"
             + table + "\n\n" + "\n".join(notes) + "\n")
 

@@ -1,4 +1,4 @@
-"""A/B of beam search's projection + log-softmax + top-k in row blocks (session 6; reverted, see notes.md).
+"""A/B of beam search's projection + log-softmax + top-k in row blocks (not adopted: the decoder keeps whole rows).
 
   python bench/blocked_topk.py micro            # the step's tail alone, random weights: whole vs blocks of 32
   git apply bench/blocked_topk.diff             # restores the blocked search (decode/search.py: _step_topk)
