@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# CPU build by default (it lies on these machines' disk). GPU users, for example:
+# PyTorch's CPU build by default. GPU users, for example:
 #   make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 TORCH ?= torch==2.13.0
 JOBS ?= 2

@@ -1,4 +1,4 @@
-"""Decoding throughput, latency and peak memory (issue 8, part 2).
+"""Decoding throughput, latency and peak memory against HuggingFace generate and CTranslate2.
 
 Beam 4 on Multi30k test sentences (test_2016_flickr, en→de) with the same trained weights:
 transduce (fp32, bf16, int8 dynamic quantisation of its Linear layers) against HuggingFace
@@ -27,7 +27,7 @@ from common import ROOT, markdown_table
 
 ENGINES = ("transduce-fp32", "transduce-bf16", "transduce-int8", "transduce-fp32-native", "transduce-bf16-native",
            "transduce-int8-native", "hf-fp32", "ct2-float32", "ct2-int8")
-# measured in session 4 and slower where it matters (BENCHMARKS.md); runnable by name, not by default
+# torch.compile'd steps: slower at batch 64 when measured; runnable by name, not by default
 EXPERIMENTS = ("transduce-bf16-compile", "transduce-int8-compile")
 SAME_ARITHMETIC = {"hf-fp32": "transduce-fp32", "ct2-float32": "transduce-fp32"}  # pairs whose outputs must agree
 MAX_LEN_B = 50

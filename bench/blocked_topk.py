@@ -5,8 +5,8 @@
   python bench/blocked_topk.py decode fp32 3    # whole decodes, 1,000 test sentences, batch 64, beam 4
   git apply -R bench/blocked_topk.diff
 
-Both modes use 2 threads; ``decode`` alternates the two paths in one process and needs the attempt-5 model
-(runs/attempt5-seed1/model, `make multi30k SEED=1` at commit 3e16641).
+Both modes use 2 threads; ``decode`` alternates the two paths in one process and needs a Multi30k model
+(default runs/attempt5-seed1/model: a cased `small` model of `make multi30k SEED=1` at commit 3e16641).
 """
 
 from __future__ import annotations
