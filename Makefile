@@ -4,13 +4,13 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# CPU build by default (it lies on these machines' disk). GPU users, for example:
+# PyTorch's CPU build by default. GPU users, for example:
 #   make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 TORCH ?= torch==2.13.0
 JOBS ?= 2
 
 .PHONY: setup jemalloc test demo multi30k bench clean
-# demo training budget in minutes (the issue: at most 15); e.g. `make demo DEMO_MINUTES=3`
+# demo training budget in minutes; e.g. `make demo DEMO_MINUTES=3` for a quick look
 DEMO_MINUTES ?= 15
 # Multi30k target language (de or fr), seed, and LOWERCASE=true for the papers' lowercased text
 LANG_TGT ?= de
@@ -58,7 +58,7 @@ multi30k: $(STAMP)
 		--set prepare.lowercase=$(LOWERCASE) --set recipe.seed=$(SEED) \
 		--set recipe.out='"runs/multi30k-en-$(LANG_TGT)$(if $(filter true,$(LOWERCASE)),-lc)-seed$(SEED)"' $(ARGS)
 
-# Side-by-side benchmarks (issue 8): about an hour on an idle machine; not part of `make test`
+# Side-by-side benchmarks (docs/performance.md): about an hour on an idle machine; not part of `make test`
 bench: $(STAMP)
 	$(PY) bench/run.py --out BENCHMARKS.md
 

@@ -1,4 +1,4 @@
-"""Decoding throughput, latency and peak memory (issue 8, part 2).
+"""Decoding throughput, latency and peak memory against HuggingFace generate and CTranslate2.
 
 Beam 4 on Multi30k test sentences (test_2016_flickr, en→de) with the same trained weights:
 transduce (fp32, bf16, int8 dynamic quantisation of its Linear layers) against HuggingFace
@@ -27,7 +27,7 @@ from common import ROOT, markdown_table
 
 ENGINES = ("transduce-fp32", "transduce-bf16", "transduce-int8", "transduce-fp32-native", "transduce-bf16-native",
            "transduce-int8-native", "hf-fp32", "ct2-float32", "ct2-int8")
-# measured in session 4 and slower where it matters (BENCHMARKS.md); runnable by name, not by default
+# torch.compile'd steps: slower at batch 64 when measured; runnable by name, not by default
 EXPERIMENTS = ("transduce-bf16-compile", "transduce-int8-compile")
 SAME_ARITHMETIC = {"hf-fp32": "transduce-fp32", "ct2-float32": "transduce-fp32"}  # pairs whose outputs must agree
 MAX_LEN_B = 50
@@ -282,8 +282,8 @@ def part_decode(args, data) -> str:
             f"{args.decode_sentences} sentences at batch 64 and {args.decode_sentences_batch1} at batch 1; median of "
             f"{args.decode_repeats} alternating runs, each engine in its own process (peak RSS = that process's "
             "VmHWM, model load included). Length penalty 0, max length |x| + 50. Tokens = output tokens + eos. "
-            "BLEU: tokenised, lowercased, on the sentences decoded at that batch size (the issue asks bf16 and "
-            "int8 to stay within 0.3 of fp32). "
+            "BLEU: tokenised, lowercased, on the sentences decoded at that batch size (bf16 and "
+            "int8 are meant to stay within 0.3 of fp32). "
             f"Pairs with the same arithmetic: {', '.join(f'{a} ≡ {b}' for a, b in SAME_ARITHMETIC.items())}.\n\n"
             + table + "\n\n" + "\n".join(notes) + "\n")
 

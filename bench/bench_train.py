@@ -1,4 +1,4 @@
-"""Training throughput: transduce against torch.nn.Transformer wired the paper's way (issue 8, part 1).
+"""Training throughput: transduce against torch.nn.Transformer wired the paper's way.
 
 One training step = transduce's trainer update (:class:`transduce.train.step.Stepper`: forward,
 label-smoothed cross-entropy ε = 0.1 on the non-pad positions, backward, Adam β = (0.9, 0.98),

@@ -1,4 +1,4 @@
-"""Training throughput against nn.Transformer as a user typically trains it (issue 8, second peer).
+"""Training throughput against nn.Transformer as a user typically trains it.
 
 bench_train.py runs both models through transduce's ``Stepper``, so only the model differs. This script
 compares whole training steps instead: transduce's trainer update (fused projection + block-wise

@@ -1,12 +1,12 @@
-"""A/B of beam search's projection + log-softmax + top-k in row blocks (session 6; reverted, see notes.md).
+"""A/B of beam search's projection + log-softmax + top-k in row blocks (not adopted: the decoder keeps whole rows).
 
   python bench/blocked_topk.py micro            # the step's tail alone, random weights: whole vs blocks of 32
   git apply bench/blocked_topk.diff             # restores the blocked search (decode/search.py: _step_topk)
   python bench/blocked_topk.py decode fp32 3    # whole decodes, 1,000 test sentences, batch 64, beam 4
   git apply -R bench/blocked_topk.diff
 
-Both modes use 2 threads; ``decode`` alternates the two paths in one process and needs the attempt-5 model
-(runs/attempt5-seed1/model, `make multi30k SEED=1` at commit 3e16641).
+Both modes use 2 threads; ``decode`` alternates the two paths in one process and needs a Multi30k model
+(default runs/attempt5-seed1/model: a cased `small` model of `make multi30k SEED=1` at commit 3e16641).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""A/B of the two batch-1 decoding changes of session 7 (BENCHMARKS.md), in one process, alternating.
+"""A/B of two batch-1 decoding changes (ghost rows, the C++ step), in one process, alternating.
 
 Engines, all beam search with the same model, beam 4, α 0.6, max length |x| + 50:
-  python-ghosts  the Python step with ghosts at every step (the search before session 7)
+  python-ghosts  the Python step with ghosts at every step (the older search)
   python         the Python step, ghosts only while slots × rows is not a multiple of 4
   native         the C++ step (transduce.decode.native) with the same search as `python`
 

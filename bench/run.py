@@ -1,11 +1,12 @@
-"""``make bench``: run the benchmarks of issue 8 and write BENCHMARKS.md.
+"""``make bench``: run the side-by-side benchmarks and write BENCHMARKS.md.
 
     python bench/run.py --out BENCHMARKS.md                      # everything, paper-sized defaults
     python bench/run.py --parts train --configs small --dtypes bf16 --repeats 3
 
-Each part writes its section to ``runs/bench/PART.md`` (with the command, machine, threads and date
-that produced it); BENCHMARKS.md is the introduction followed by every section present, so parts can
-be re-run one at a time on a busy machine.
+Each part writes its section to ``runs/bench/PART[-SUFFIX].md`` (with the command, CPU, threads, dtypes
+and date that produced it); BENCHMARKS.md is the introduction followed by every section present, grouped
+by machine, so parts can be re-run one at a time and results of several machines kept side by side
+(``--suffix``).
 """
 
 from __future__ import annotations
@@ -25,19 +26,19 @@ SECTIONS = ROOT / "runs" / "bench"
 PARTS = ("train", "curves", "profile", "decode")
 INTRO = """# Benchmarks
 
-Produced by `make bench` (`bench/run.py`); each section names the exact command, machine, threads
-and date that produced it. Medians of alternating runs (A B A B ...); ratios are transduce / peer.
-Targets (issue 8): training ≥ 2× `torch.nn.Transformer` in bf16 on the CPU-sized config and ≥ 1.5× on
-`paper-base`, with the same convergence per token; decoding ≥ CTranslate2 float32 and ≥ 3×
-HuggingFace `generate`.
+What `make bench` (`bench/run.py`) writes: one table per part and machine kind, each under the command,
+CPU, threads, dtypes and date that produced it. Ratios are transduce / peer, measured side by side in one
+run (alternating A B A B, medians). Peers: `torch.nn.Transformer` wired the paper's way for training;
+HuggingFace `generate` and CTranslate2 for decoding. How to read them: docs/performance.md.
 """
 
 
-def header(args: argparse.Namespace, title: str) -> str:
+def header(args: argparse.Namespace, title: str, dtypes: str) -> str:
     command = "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"## {title}\n\n`{command}`\n\n{machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-            f"transduce at {revision()}, "
+    return (f"## {title}: {machine()}\n\n`{command}`\n\n"
+            f"CPU {machine()}, instruction set {torch.backends.cpu.get_cpu_capability()}, "
+            f"{torch.get_num_threads()} threads, {dtypes}, torch {torch.__version__}, transduce at {revision()}, "
             f"{when}, 1-min load average at start {load_average()}"
             + (" — **a shared machine: absolute figures are noisy, read the ratios**" if args.shared else "")
             + "\n\n")
@@ -127,8 +128,8 @@ def fairseq_status() -> str:
                 "`fairseq/clib/libbase/balanced_assignment.cpp` (the C++ build fails); built without extensions it "
                 "fails at import (mutable dataclass defaults in `fairseq/dataclass/configs.py` and in the "
                 "hydra-core 1.0.7 it pins; with hydra-core 1.3.2 / omegaconf 2.3.0 omegaconf raises "
-                "`ValidationError: Object of unsupported type: '_MISSING_TYPE'`). The issue also notes fairseq "
-                "cannot train in bf16 on CPU and trained no faster than nn.Transformer.\n")
+                "`ValidationError: Object of unsupported type: '_MISSING_TYPE'`). fairseq also "
+                "cannot train in bf16 on a CPU.\n")
     try:
         import fairseq.models.transformer  # noqa: F401
     except Exception as e:  # a broken install is reported, not hidden
@@ -137,10 +138,12 @@ def fairseq_status() -> str:
 
 
 def compose(out: Path, sections: Path) -> None:
-    files = [f for p in PARTS for f in sorted(sections.glob(f"{p}*.md"))]  # train.md, train-paper-base.md, ...
-    notes = Path(__file__).with_name("notes.md")  # hand-written reading of the latest figures, dated
-    body = "\n".join(f.read_text() for f in files + ([notes] if notes.is_file() else []))
-    out.write_text(INTRO + "\n" + body)
+    """INTRO, then every section file, those of one machine together (the CPU named in their title)."""
+    files = [f for p in PARTS for f in sorted(sections.glob(f"{p}*.md"))]  # train.md, train-amx.md, ...
+    texts = [f.read_text() for f in files]
+    machines = list(dict.fromkeys(t.split("\n", 1)[0].partition(": ")[2] for t in texts))
+    ordered = sorted(texts, key=lambda t: machines.index(t.split("\n", 1)[0].partition(": ")[2]))
+    out.write_text(INTRO + "\n" + "\n".join(ordered))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,15 +186,15 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown part {part!r}; choose from {', '.join(PARTS)}")
     for part in parts:
         if part == "train":
-            text = header(args, "Training") + part_train(args, batches, V) + "\n" + fairseq_status()
+            text = header(args, "Training", f"dtypes {args.dtypes}") + part_train(args, batches, V) + "\n" + fairseq_status()
         elif part == "curves":
-            text = header(args, "Training: convergence") + part_curves(args, data, V)
+            text = header(args, "Training: convergence", "bf16") + part_curves(args, data, V)
         elif part == "profile":
-            text = header(args, "Training: profile") + part_profile(args, batches, V)
+            text = header(args, "Training: profile", "bf16") + part_profile(args, batches, V)
         else:
             from bench_decode import part_decode
 
-            text = header(args, "Decoding") + part_decode(args, data)
+            text = header(args, "Decoding", "fp32, bf16 and int8 engines") + part_decode(args, data)
         (args.sections / f"{part}{'-' + args.suffix if args.suffix else ''}.md").write_text(text)
         compose(args.out, args.sections)
         print(text, flush=True)

@@ -1,9 +1,9 @@
-"""Experiment (not a product path; BENCHMARKS.md, session-5 notes): a decoder step with static shapes for torch.compile.
+"""Experiment (not a product path: slower than eager where it matters): a decoder step with static shapes for torch.compile.
 
 The self-attention cache is a preallocated (N, h, L, d_k) buffer written at position t (a tensor), the
 mask is arange(L) <= t, so the step's shapes do not change with t and the compiled graph is reused.
 Usage: MODEL=DIR DATA=DIR T=2 .venv/bin/python bench/static_step.py DTYPE BATCH N REPEATS
-(defaults: the Multi30k recipe's attempt-5 model and data under runs/; 0.93x eager measured at fp32, batch 1)
+(defaults: a Multi30k model and its data under runs/; 0.93x eager measured at fp32, batch 1)
 """
 import os, sys, time, statistics
 import torch

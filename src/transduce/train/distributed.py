@@ -55,7 +55,7 @@ def wrap(model: nn.Module, ctx: Dist, device: torch.device) -> nn.Module:
     (``forward_sync_buffers=False``): the only one, the positional-encoding table, is a constant every rank
     builds alike. Each ``.grad`` is a view into its all-reduce bucket (``gradient_as_bucket_view``), which
     saves copying gradients in and out. `python bench/ddp_step.py` times the wrappers side by side
-    (BENCHMARKS.md, session 29).
+    (docs/performance.md).
     """
     if not ctx.enabled:
         return model

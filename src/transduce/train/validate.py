@@ -1,6 +1,6 @@
 """Validation: loss and perplexity on the dev split, and BLEU on a dev subset when decoding exists.
 
-BLEU goes through ``transduce.decode`` (the decoding issue's translator) and sacreBLEU. If that package
+BLEU goes through ``transduce.decode`` (the translator of ``transduce translate``) and sacreBLEU. If that package
 offers no translator yet, :func:`bleu_hook` returns None and training logs loss/perplexity only, and the
 best checkpoint is chosen by validation loss.
 """
@@ -41,7 +41,7 @@ def bleu_hook(split, vocabs, sentences: int, beam: int, device: torch.device
     if sentences <= 0:
         return None
     try:
-        from ..decode.translator import Translator  # the decoding issue's translator
+        from ..decode.translator import Translator  # `transduce translate`'s
     except ImportError:
         return None
     import sacrebleu
