@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 
 from transduce import cli
@@ -42,4 +43,4 @@ def test_the_printed_serve_and_curl_lines_agree(tmp_path):
     port = serve[serve.index("--port") + 1]
     curl = shlex.split(printed["and call it"])
     assert curl[0] == "curl" and f"localhost:{port}/translate" in curl
-    assert '"text"' in curl[-1]
+    assert json.loads(curl[-1]) == {"q": "The Lord is my shepherd.", "source": "en", "target": "de"}

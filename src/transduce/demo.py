@@ -10,6 +10,7 @@ translate a file, serve it and call it with curl, open its attention page.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 import time
@@ -77,15 +78,16 @@ def run(args: argparse.Namespace) -> int:
           f"TensorBoard: {out / 'run' / 'tensorboard'}")
     print(f"  attention       : {heatmap}, {page} (open it in a browser: pick layer and head)")
     tgt = translator.meta.get("tgt_lang") or "out"
-    print("\n".join(["", "Use the model:"] + next_commands(results["model"], sample, out, tgt)))
+    print("\n".join(["", "Use the model:"] + next_commands(results["model"], sample, out, tgt,
+                                                                     translator.meta.get("src_lang") or "en")))
     return 0
 
 
-def next_commands(model: str | Path, sample: Path, out: Path, tgt_lang: str) -> list[str]:
+def next_commands(model: str | Path, sample: Path, out: Path, tgt_lang: str, src_lang: str = "en") -> list[str]:
     """Copy-paste lines that translate a file with the demo's model, serve it, call it, and draw its attention."""
     t = _cli()
     m = shlex.quote(str(model))
-    body = shlex.quote('{"text": ["The Lord is my shepherd."]}')
+    body = shlex.quote(json.dumps({"q": "The Lord is my shepherd.", "source": src_lang, "target": tgt_lang}))
     return [
         f"  translate a file : {t} translate --model {m} {shlex.quote(str(sample))} > {shlex.quote(str(out / f'examples.{tgt_lang}'))}",
         f"  the fastest way  : {t} translate --model {m} --dtype int8 --native {shlex.quote(str(sample))}",
