@@ -85,12 +85,18 @@ class Trainer:
         if cfg.mutual_alpha > 0:
             torch.manual_seed(cfg.seed + PEER_SEED)
             self.peer = Transformer(model_cfg).to(self.device).train()
+        if cfg.init_from is not None:  # fine-tuning (train/init.py): the weights of a model directory
+            from .init import start_from
+
+            for m in self.models():
+                start_from(m, cfg.init_from, cfg.freeze)
         if cfg.fast_dropout:
             for m in self.models():
                 use_fast_dropout(m)
         self.ramp = DropoutRamp(self.model, *cfg.dropout_ramp) if cfg.dropout_ramp else None
         self.model.train()
-        self.optimizer = build_optimizer([np for m in self.models() for np in m.named_parameters()], cfg, self.ctx)
+        self.optimizer = build_optimizer([np for m in self.models() for np in m.named_parameters()
+                                          if np[1].requires_grad], cfg, self.ctx)  # not train.freeze's
         # the moving average lives on rank 0, which alone writes checkpoints (every rank has the same weights)
         self.ema = WeightEMA(self.model, cfg.ema_decay, cfg.ema_start or cfg.warmup) \
             if cfg.ema_decay > 0 and self.ctx.is_main else None
