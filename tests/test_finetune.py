@@ -109,3 +109,13 @@ def test_an_imported_model_fine_tunes(base, tmp_path):
     assert train(tmp_path, data, "tuned", f'init_from="{tmp_path / "imported"}"', model="") == 0
     assert main(["export", "--to", "hf", "--model", str(tmp_path / "tuned" / "model"), "--out",
                  str(tmp_path / "hf2")]) == 0
+
+
+def test_the_recipe_prepares_with_the_model_vocabulary():
+    from pathlib import Path
+
+    from transduce.recipe import PrepareSection
+
+    argv = PrepareSection(corpus="multi30k", raw="r", vocab_from="models/base").argv(Path("d"))
+    assert argv[argv.index("--vocab-from") + 1] == "models/base"
+    assert "--vocab-from" not in PrepareSection(raw="r").argv(Path("d"))
