@@ -53,7 +53,6 @@ def test_fine_tuning_starts_from_the_model_and_keeps_frozen_parts(base, capsys):
     tmp, model_dir = base
     data = prepare(tmp, "domain-data", 7, "--vocab-from", str(model_dir))
     init, vocabs, _ = load_model_dir(model_dir)
-    _, data_vocabs, _ = load_model_dir(model_dir)
     assert (data / "vocab" / "shared.model").read_bytes() == vocabs.src.proto  # the model's own vocabulary
     assert train(tmp, data, "tuned", f'init_from="{model_dir}"', 'freeze=["embeddings"]', "peak_lr=1e-3",
                  'schedule="linear"', model='[model]\ndropout = 0.0\n') == 0
@@ -98,7 +97,7 @@ def test_mismatched_vocabulary_and_shape_are_named(base, capsys):
 
 
 def test_an_imported_model_fine_tunes(base, tmp_path):
-    tmp, model_dir = base
+    _, model_dir = base
     model, vocabs, meta = load_model_dir(model_dir)
     export_marian(model, vocabs, tmp_path / "hf", meta)
     assert main(["import", str(tmp_path / "hf"), "--out", str(tmp_path / "imported")]) == 0

@@ -4,7 +4,6 @@ Covers every loader: a model directory (``transduce translate``), a training che
 imports (MarianMT directories; native Marian ``.npz`` files are covered in test_interop_native.py).
 """
 
-import json
 import pickle
 import random
 import shutil
@@ -21,7 +20,7 @@ from transduce.modeldir import load_model_dir, save_model_dir
 from transduce.safefiles import BadFileError, read_npz, read_safetensors
 from transduce.train import checkpoint as ckpt
 
-WORDS = "the a dog cat runs sleeps on under red blue house tree man woman child sees big small old".split()
+WORDS = ["the", "a", "dog", "cat", "runs", "sleeps", "on", "under", "red", "blue", "house", "tree", "man", "woman", "child", "sees", "big", "small", "old"]
 
 
 def sentences(n: int, seed: int = 0) -> list[str]:

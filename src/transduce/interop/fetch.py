@@ -43,7 +43,7 @@ def resolve(source: str, cache_dir: Path = DEFAULT_MODEL_CACHE, revision: str | 
         return unzip(path, cache_dir / "releases" / path.stem)
     if re.match(r"^(https?|file)://", source):
         return unzip(download(source, cache_dir / "downloads"), cache_dir / "releases" / _url_stem(source))
-    if source.startswith("opus-mt-") or source.startswith("opus-tatoeba-"):
+    if source.startswith(("opus-mt-", "opus-tatoeba-")):
         source = f"{HUB_ORG}/{source}"
     if HUB_NAME.match(source):
         return hub_snapshot(source, cache_dir / "hub", revision)
@@ -56,7 +56,11 @@ def hub_snapshot(repo_id: str, cache_dir: Path, revision: str | None = None) -> 
     With ``HF_HUB_OFFLINE=1`` only the cache is used."""
     try:
         from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+        from huggingface_hub.errors import (
+            HfHubHTTPError,
+            LocalEntryNotFoundError,
+            RepositoryNotFoundError,
+        )
     except ImportError as e:
         raise ValueError("downloading from the hub needs huggingface_hub (pip install 'transduce[interop]')") from e
     try:
@@ -65,8 +69,9 @@ def hub_snapshot(repo_id: str, cache_dir: Path, revision: str | None = None) -> 
     except RepositoryNotFoundError:
         raise FileNotFoundError(f"{repo_id}: no such repository on the HuggingFace hub (nor a local directory)") from None
     except LocalEntryNotFoundError:
-        raise FileNotFoundError(f"{repo_id}: not in the cache {cache_dir} and the hub cannot be reached "
-                                "(offline, or HF_HUB_OFFLINE=1); download it where there is internet") from None
+        raise FileNotFoundError(f"{repo_id}: no local directory of that name, not in the cache {cache_dir}, and the "
+                                "hub cannot be reached (offline, or HF_HUB_OFFLINE=1); import it where there is "
+                                "internet, or give the path of a downloaded copy") from None
     except (HfHubHTTPError, OSError) as e:
         raise ValueError(f"{repo_id}: download from the HuggingFace hub failed ({e})") from None
 
