@@ -19,15 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from .config import ConfigError, read_toml, to_toml_text
 from .data.vocab import Vocabs
 from .model import ModelConfig, Transformer
+from .safefiles import BadFileError, read_safetensors
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.toml"
 VOCAB = "vocab"
+FIX = "the model directory is damaged; copy it again, or re-create it (`transduce average`, `transduce import`)"
 
 
 def check_vocab_matches(config: ModelConfig, vocabs: Vocabs, where: str) -> None:
@@ -56,12 +58,14 @@ def save_weights(model: torch.nn.Module, path: str | Path) -> None:
               metadata={"format": "pt"})
 
 
-def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.device = "cpu") -> None:
+def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.device = "cpu",
+                 fix: str = FIX) -> None:
     """Load :func:`save_weights` output (or any file naming each tied group once) into ``model``.
 
-    Raises :class:`ConfigError` naming the file if a tensor is missing, unexpected or misshapen.
+    Raises :class:`ConfigError` naming the file if it is unreadable (``fix`` says what to do then), or a tensor
+    is missing, unexpected or misshapen.
     """
-    tensors = load_file(str(path), device=str(device))
+    tensors = read_safetensors(path, fix, device)
     state = model.state_dict()
     found: dict[str, torch.Tensor] = {}
     for group in tied_groups(model):
@@ -125,7 +129,7 @@ def load_model_dir(directory: str | Path, device: str | torch.device = "cpu"
     """Load a model directory; returns (model in eval mode, vocabularies, meta)."""
     directory = Path(directory)
     config, meta = read_model_config(directory)
-    vocabs = Vocabs.load(directory / VOCAB)
+    vocabs = load_vocabs(directory / VOCAB)
     check_vocab_matches(config, vocabs, str(directory / VOCAB))
     weights = directory / WEIGHTS
     if not weights.is_file():
@@ -133,6 +137,16 @@ def load_model_dir(directory: str | Path, device: str | torch.device = "cpu"
     model = Transformer(config)
     load_weights(model, weights)
     return model.to(device).eval(), vocabs, meta
+
+
+def load_vocabs(directory: Path, fix: str = FIX) -> Vocabs:
+    """:meth:`Vocabs.load`, with a damaged vocab.json or SentencePiece model named in one error line."""
+    try:
+        return Vocabs.load(directory)
+    except json.JSONDecodeError as e:
+        raise BadFileError(f"{directory / 'vocab.json'}: not valid JSON ({e}): {fix}") from None
+    except RuntimeError as e:  # SentencePiece's parse error
+        raise BadFileError(f"{directory}: a SentencePiece model there is corrupted ({e}): {fix}") from None
 
 
 def _fsync_tree(directory: Path) -> None:

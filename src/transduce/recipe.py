@@ -70,6 +70,7 @@ class PrepareSection:
     dedup: bool = False
     cache_dir: str | None = None
     out: str | None = None  # default: RECIPE_OUT/data
+    vocab_from: str | None = None  # fine-tuning: a model directory's vocabulary (with [train] init_from)
 
     def __post_init__(self) -> None:
         check(self.corpus in ("multi30k", "bible"), "corpus", f"must be 'multi30k' or 'bible', got {self.corpus!r}")
@@ -84,6 +85,8 @@ class PrepareSection:
             argv.append("--download")
         if self.cache_dir:
             argv += ["--cache-dir", self.cache_dir]
+        if self.vocab_from:
+            argv += ["--vocab-from", self.vocab_from]
         for flag, value in (("--max-tokens-per-sentence", self.max_tokens_per_sentence),
                             ("--max-ratio", self.max_ratio)):
             if value is not None:

@@ -34,6 +34,7 @@ class BuildSettings:
     skip_invalid: bool = False
     lowercase: bool = False  # a lowercasing vocabulary (see transduce.data.vocab)
     filters: FilterSettings = field(default_factory=FilterSettings)
+    vocab_from: str | None = None  # a model directory whose vocabulary is used instead of training one
 
     def __post_init__(self):
         if self.vocab_size < 8:
@@ -46,6 +47,13 @@ def described_settings(settings: BuildSettings) -> dict[str, Any]:
     described = asdict(settings)
     if not settings.lowercase:
         del described["lowercase"]
+    if settings.vocab_from is None:
+        del described["vocab_from"]
+    else:  # the vocabulary's content, so that a changed model directory rebuilds
+        described.update(vocab_size=None, separate_vocab=None, lowercase=None)
+        files = sorted((Path(settings.vocab_from) / "vocab").iterdir())
+        described["vocab_from"] = {"path": str(settings.vocab_from),
+                                   "sha256": {p.name: file_sha256(p) for p in files if p.is_file()}}
     return described
 
 
@@ -88,7 +96,12 @@ def _clear(out: Path) -> None:
 
 
 def train_vocabs(train: SplitText, settings: BuildSettings) -> Vocabs:
-    """BPE on the kept training text: one model for both sides (§5.1), or one per side."""
+    """BPE on the kept training text: one model for both sides (§5.1), or one per side; or, with
+    ``vocab_from``, that model directory's vocabulary (for fine-tuning it: train.init_from)."""
+    if settings.vocab_from is not None:
+        from ..modeldir import load_vocabs
+
+        return load_vocabs(Path(settings.vocab_from) / "vocab")
     if settings.separate_vocab:
         return Vocabs(Vocab.train(train.src, settings.vocab_size, settings.lowercase),
                       Vocab.train(train.tgt, settings.vocab_size, settings.lowercase))

@@ -34,6 +34,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.epilog = FILTERS
     parser.add_argument("--out", type=Path, required=True, help="data directory to build (or reuse)")
     parser.add_argument("--vocab-size", type=int, default=8000, help="BPE pieces incl. 4 specials (default 8000)")
+    parser.add_argument("--vocab-from", type=Path, metavar="MODEL_DIR",
+                        help="use this model directory's (or run directory's) vocabulary instead of training one, "
+                             "to fine-tune that model on this data (train.init_from); overrides --vocab-size, "
+                             "--separate-vocab and --lowercase")
     parser.add_argument("--separate-vocab", action="store_true",
                         help="one vocabulary per side instead of one shared by both (the paper shares, §5.1)")
     parser.add_argument("--lowercase", action="store_true",
@@ -151,7 +155,10 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     corpus = load_corpus(args)
     filters = FilterSettings(args.max_tokens_per_sentence, args.max_ratio, args.dedup)
-    settings = BuildSettings(args.vocab_size, args.separate_vocab, args.skip_invalid, args.lowercase, filters)
+    if args.vocab_from is not None and not (args.vocab_from / "vocab" / "vocab.json").is_file():
+        raise FileNotFoundError(f"--vocab-from {args.vocab_from}: no vocab/vocab.json there (not a model directory)")
+    settings = BuildSettings(args.vocab_size, args.separate_vocab, args.skip_invalid, args.lowercase, filters,
+                             str(args.vocab_from) if args.vocab_from is not None else None)
     manifest, reused = build(corpus, settings, args.out, args.force)
     data = PreparedData.open(args.out)
     print(summary(manifest, data, args.max_tokens))

@@ -58,6 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="bf16: weights and activations; fp16: the same on CUDA; int8: dynamically quantised linear layers (CPU)")
     run_.add_argument("--native", action="store_true",
                       help=NATIVE_HELP)
+    run_.add_argument("--target-lang", metavar="CODE",
+                      help="multilingual models: the target language, as its >>CODE<< token (e.g. deu, fra)")
     run_.add_argument("--no-truncate", action="store_true", help="error on inputs longer than the model allows")
     run_.add_argument("--stats", action="store_true", help="print sentences/s and tokens/s to stderr")
 
@@ -91,7 +93,8 @@ def _options(args) -> dict:
                          "--sample nor --mbr")
     return dict(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                 nbest=args.nbest, sample=sample, batch_tokens=args.batch_tokens, batch_size=args.batch_size,
-                truncate=not args.no_truncate, return_scores=True, mbr=mbr, rerank=rerank)
+                truncate=not args.no_truncate, return_scores=True, mbr=mbr, rerank=rerank,
+                target_lang=args.target_lang)
 
 
 def format_results(results: list, nbest: int, scores: bool, first_line: int = 0) -> list[str]:

@@ -78,12 +78,36 @@ class Translator:
         self.channel = channel.eval() if channel is not None else None  # target→source, for reranking
 
     # ---------------------------------------------------------------- inputs
-    def encode_sources(self, sentences: list[str], truncate: bool = True) -> list[list[int] | None]:
+    @property
+    def target_languages(self) -> dict[str, int]:
+        """A multilingual model's target languages: code -> id of its ``>>code<<`` token (empty for others)."""
+        if not hasattr(self, "_target_languages"):
+            from ..interop.marian import language_tokens
+
+            self._target_languages = language_tokens(self.vocabs.src)
+        return self._target_languages
+
+    def language_prefix(self, target_lang: str | None) -> list[int]:
+        """The ids to put before each source: ``[id of >>target_lang<<]``, or none for ``None``."""
+        langs = self.target_languages
+        if target_lang is None:
+            return []
+        if target_lang not in langs:
+            have = ", ".join(sorted(langs)[:20]) + (", ..." if len(langs) > 20 else "")
+            raise ValueError(f"target language {target_lang!r}: " + (f"this model knows {have}" if langs else
+                             "this model has no >>xx<< target-language tokens (it translates into one language)"))
+        return [langs[target_lang]]
+
+    def encode_sources(self, sentences: list[str], truncate: bool = True,
+                       target_lang: str | None = None) -> list[list[int] | None]:
         """Source ids + eos per sentence; ``None`` for an empty line. Overlong lines are cut
-        to ``max_positions`` with one warning that counts them, or raise if ``truncate`` is False."""
+        to ``max_positions`` with one warning that counts them, or raise if ``truncate`` is False.
+        ``target_lang``: a multilingual model's target language, as the ``>>code<<`` token before each source."""
         cfg, cut = self.config, []
+        prefix = self.language_prefix(target_lang)
         out: list[list[int] | None] = []
         for n, ids in enumerate(self.vocabs.src.encode_batch(sentences)):
+            ids = prefix + ids
             if not sentences[n].strip():
                 out.append(None)
                 continue
@@ -133,7 +157,7 @@ class Translator:
                   max_len_b: int = 50, nbest: int = 1, sample: SampleConfig | None = None,
                   batch_tokens: int = 4096, batch_size: int | None = None, sort: bool = True,
                   truncate: bool = True, return_scores: bool = False, mbr: MBRConfig | None = None,
-                  rerank: RerankConfig | None = None) -> list:
+                  rerank: RerankConfig | None = None, target_lang: str | None = None) -> list:
         """Translate ``sentences`` (one per item); results come back in input order.
 
         Returns ``list[str]``; with ``nbest > 1`` a list of n-best lists; with
@@ -141,7 +165,8 @@ class Translator:
         ``sample`` use single-hypothesis decoding. An empty (or blank) line gives "".
         ``mbr`` picks each output from the beam's ``mbr.candidates`` best by minimum Bayes
         risk (:mod:`~transduce.decode.mbr`) instead of taking the first; ``rerank`` picks it by the
-        direct score plus the channel model's (:mod:`~transduce.decode.rerank`).
+        direct score plus the channel model's (:mod:`~transduce.decode.rerank`). ``target_lang`` chooses a
+        multilingual model's target language (its ``>>code<<`` token; :attr:`target_languages` lists them).
         """
         if beam < 1:
             raise ValueError(f"beam must be at least 1, got {beam}")
@@ -161,7 +186,7 @@ class Translator:
             if rerank.candidates > beam:
                 raise ValueError(f"reranking {rerank.candidates} candidates needs a beam of at least that, got {beam}")
             nbest = rerank.candidates
-        sources = self.encode_sources(sentences, truncate)
+        sources = self.encode_sources(sentences, truncate, target_lang)
         results = self.search(sources, beam, alpha, max_len_a, max_len_b, nbest, sample, batch_tokens,
                               batch_size, sort)
         if mbr is not None:

@@ -1,9 +1,10 @@
-"""``transduce import``: a HuggingFace MarianMT directory on disk -> a transduce model directory.
+"""``transduce import SOURCE --out MODELDIR``: an OPUS-MT / Marian model -> a transduce model directory.
 
-    transduce import HFDIR --out MODELDIR
-
-Reads config.json, model.safetensors, source.spm/target.spm and vocab.json (never a pickle,
-never the network). OPUS-MT models are the paper's base architecture.
+SOURCE is a MarianMT directory (config.json, model.safetensors, source/target.spm, vocab.json), a native
+Marian release (a .npz, decoder.yml, *.vocab.yml, source/target.spm) as a directory or a .zip, a URL of
+such a .zip, or a HuggingFace hub name (``Helsinki-NLP/opus-mt-en-de``, or ``opus-mt-en-de``); see
+interop/fetch.py. Nothing read executes code: safetensors, .npz without pickles, JSON and safe YAML.
+OPUS-MT models are the paper's base architecture.
 """
 
 from __future__ import annotations
@@ -12,21 +13,42 @@ import argparse
 from pathlib import Path
 
 from ..modeldir import save_model_dir
-from .marian import import_marian
+from .fetch import DEFAULT_MODEL_CACHE, resolve
+from .marian import convert_release, read_marian_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("hf_dir", type=Path, help="MarianMT directory (config.json, model.safetensors, ...)")
+    parser.add_argument("source", help="MarianMT or native Marian directory, release .zip, URL, or hub name")
     parser.add_argument("--out", required=True, type=Path, help="transduce model directory to write")
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_MODEL_CACHE,
+                        help=f"where downloads are kept (default {DEFAULT_MODEL_CACHE})")
+    parser.add_argument("--revision", help="hub only: a branch, tag or commit (default: main)")
+
+
+def import_model(source: str | Path, cache_dir: Path = DEFAULT_MODEL_CACHE, revision: str | None = None):
+    """(model, vocabs, meta) for any SOURCE that ``transduce import`` takes."""
+    from .marian_native import is_native_release, read_native_release
+
+    directory = resolve(str(source), cache_dir, revision)
+    native = not (directory / "config.json").is_file() and is_native_release(directory)
+    release = read_native_release(directory) if native else read_marian_dir(directory)
+    model, vocabs, meta = convert_release(release)
+    meta["imported_from"] = str(source) if not Path(source).exists() else meta["imported_from"]
+    meta["import_format"] = "marian-npz" if native else "marianmt"
+    return model, vocabs, meta
 
 
 def run(args: argparse.Namespace) -> int:
-    model, vocabs, meta = import_marian(args.hf_dir)
+    model, vocabs, meta = import_model(args.source, args.cache_dir, args.revision)
     save_model_dir(args.out, model, vocabs, meta)
     cfg = model.config
     print(f"wrote {args.out}: {cfg.encoder_layers}/{cfg.decoder_layers} layers, d_model={cfg.d_model}, "
           f"vocab {cfg.vocab_size}/{cfg.target_vocab_size}, tie_embeddings={cfg.tie_embeddings}")
+    if meta.get("target_langs"):
+        langs = meta["target_langs"]
+        print(f"multilingual: {len(langs)} target languages ({', '.join(langs[:12])}{', ...' if len(langs) > 12 else ''});"
+              " choose one with `transduce translate --target-lang CODE`")
     if meta["spm_pieces_without_id"]:
-        print(f"note: {meta['spm_pieces_without_id']} SentencePiece pieces have no id in vocab.json "
+        print(f"note: {meta['spm_pieces_without_id']} SentencePiece pieces have no id in the vocabulary "
               "(Marian maps them to <unk>; transduce segments such text into smaller pieces)")
     return 0

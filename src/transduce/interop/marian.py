@@ -30,19 +30,22 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from sentencepiece import sentencepiece_model_pb2 as spm_pb2
 
 from ..config import ConfigError
 from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, Vocabs
 from ..model import ModelConfig, Transformer
 from ..model.feedforward import GATED
+from ..safefiles import read_json, read_safetensors
 
 WEIGHTS = "model.safetensors"
+FIX = "download or export the MarianMT directory again"
 SPECIALS = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
 
 
@@ -275,10 +278,7 @@ def _write_json(path: Path, value: Any) -> None:
 def _read_json(path: Path) -> Any:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing (a MarianMT directory needs it)")
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+    return read_json(path, FIX)
 
 
 def config_from_marian(hf: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
@@ -384,31 +384,72 @@ def _our_order(vocab: dict[str, int], pad: int, eos: int, start: int, where: str
     return [p for p, _ in pieces], torch.tensor([i for _, i in pieces])
 
 
-def import_marian(hf_dir: str | Path) -> tuple[Transformer, Vocabs, dict[str, Any]]:
-    """Read a MarianMT directory (config.json, model.safetensors, source/target.spm, vocab.json)."""
+@dataclass
+class MarianRelease:
+    """A Marian model in MarianMT's terms (config.json keys, tensor names, piece -> id maps), whichever files
+    it came from: a MarianMT directory (:func:`read_marian_dir`) or a native release (``marian_native.py``)."""
+
+    origin: Path
+    config: dict[str, Any]
+    src_vocab: dict[str, int]
+    tgt_vocab: dict[str, int]
+    src_spm: bytes
+    tgt_spm: bytes
+    tensors: dict[str, torch.Tensor]
+    where: dict[str, str]  # file names for messages: config, src_vocab, tgt_vocab, source.spm, target.spm, weights
+    src_lang: str = ""
+    tgt_lang: str = ""
+
+
+def read_marian_dir(hf_dir: str | Path) -> MarianRelease:
+    """The files of a MarianMT directory (config.json, model.safetensors, source/target.spm, vocab.json)."""
     hf_dir = Path(hf_dir)
     if not hf_dir.is_dir():
         raise FileNotFoundError(f"{hf_dir}: not a directory")
     hf_cfg = _read_json(hf_dir / "config.json")
-    fields, tie = config_from_marian(hf_cfg, str(hf_dir / "config.json"))
+    config_from_marian(hf_cfg, str(hf_dir / "config.json"))  # the architecture first: the clearest error
+    tok = _read_json(hf_dir / "tokenizer_config.json") if (hf_dir / "tokenizer_config.json").is_file() else {}
+    src_vocab = _read_json(hf_dir / "vocab.json")
+    separate = bool(tok.get("separate_vocabs")) or (hf_dir / "target_vocab.json").is_file()
+    tgt_name = "target_vocab.json" if separate else "vocab.json"
+    tgt_vocab = _read_json(hf_dir / tgt_name) if separate else src_vocab
+    spm = {}
+    for name in ("source.spm", "target.spm"):
+        if not (hf_dir / name).is_file():
+            raise FileNotFoundError(f"{hf_dir / name}: missing (a MarianMT directory needs it)")
+        spm[name] = (hf_dir / name).read_bytes()
+    weights = hf_dir / WEIGHTS
+    if not weights.is_file():
+        pickled = [p.name for p in hf_dir.glob("*.bin")]
+        also = f"; {pickled[0]} is a pickle, which transduce never loads" if pickled else ""
+        raise FileNotFoundError(f"{weights}: missing (transduce imports safetensors weights only{also}; "
+                                "download the repository's model.safetensors)")
+    where = {"config": str(hf_dir / "config.json"), "src_vocab": str(hf_dir / "vocab.json"),
+             "tgt_vocab": str(hf_dir / tgt_name), "source.spm": str(hf_dir / "source.spm"),
+             "target.spm": str(hf_dir / "target.spm"), "weights": str(weights)}
+    return MarianRelease(hf_dir, hf_cfg, src_vocab, tgt_vocab, spm["source.spm"], spm["target.spm"],
+                         read_safetensors(weights, FIX), where, tok.get("source_lang") or "",
+                         tok.get("target_lang") or "")
+
+
+def import_marian(hf_dir: str | Path) -> tuple[Transformer, Vocabs, dict[str, Any]]:
+    """Read a MarianMT directory (config.json, model.safetensors, source/target.spm, vocab.json)."""
+    return convert_release(read_marian_dir(hf_dir))
+
+
+def convert_release(release: MarianRelease) -> tuple[Transformer, Vocabs, dict[str, Any]]:
+    """A transduce model, vocabularies and meta from a :class:`MarianRelease`."""
+    hf_cfg, where = release.config, release.where
+    fields, tie = config_from_marian(hf_cfg, where["config"])
     pad = hf_cfg.get("pad_token_id")
     eos = hf_cfg.get("eos_token_id")
     start = hf_cfg.get("decoder_start_token_id", pad)
     if isinstance(eos, list):
         eos = eos[0]
-    tok = _read_json(hf_dir / "tokenizer_config.json") if (hf_dir / "tokenizer_config.json").is_file() else {}
-    src_vocab = _read_json(hf_dir / "vocab.json")
-    separate = bool(tok.get("separate_vocabs")) or (hf_dir / "target_vocab.json").is_file()
-    tgt_vocab = _read_json(hf_dir / "target_vocab.json") if separate else src_vocab
-    src_order, src_rows = _our_order(src_vocab, pad, eos, start, str(hf_dir / "vocab.json"))
-    tgt_order, tgt_rows = _our_order(tgt_vocab, pad, eos, start,
-                                     str(hf_dir / ("target_vocab.json" if separate else "vocab.json")))
-    spm_paths = {name: hf_dir / name for name in ("source.spm", "target.spm")}
-    for path in spm_paths.values():
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing (a MarianMT directory needs it)")
-    src_proto, src_dropped = reorder_spm(spm_paths["source.spm"].read_bytes(), src_order, str(spm_paths["source.spm"]))
-    tgt_proto, tgt_dropped = reorder_spm(spm_paths["target.spm"].read_bytes(), tgt_order, str(spm_paths["target.spm"]))
+    src_order, src_rows = _our_order(release.src_vocab, pad, eos, start, where["src_vocab"])
+    tgt_order, tgt_rows = _our_order(release.tgt_vocab, pad, eos, start, where["tgt_vocab"])
+    src_proto, src_dropped = reorder_spm(release.src_spm, src_order, where["source.spm"])
+    tgt_proto, tgt_dropped = reorder_spm(release.tgt_spm, tgt_order, where["target.spm"])
     same = src_proto == tgt_proto
     src = Vocab(src_proto)
     vocabs = Vocabs(src, src) if same else Vocabs(src, Vocab(tgt_proto))
@@ -416,15 +457,12 @@ def import_marian(hf_dir: str | Path) -> tuple[Transformer, Vocabs, dict[str, An
     tie_cfg = "all" if tie == "all" and same else ("none" if tie == "none" else "target")
     cfg = ModelConfig(**fields, vocab_size=len(src_order), tie_embeddings=tie_cfg,
                       tgt_vocab_size=None if tie_cfg == "all" else len(tgt_order))
-    weights = hf_dir / WEIGHTS
-    if not weights.is_file():
-        raise FileNotFoundError(f"{weights}: missing (transduce imports safetensors weights only, never pickles)")
-    tensors = load_file(str(weights))
+    tensors, weights = release.tensors, where["weights"]
     embedding = tensors.get("model.shared.weight", tensors.get("model.encoder.embed_tokens.weight"))
     if embedding is not None and embedding.size(0) != hf_cfg["vocab_size"]:
         raise ConfigError(f"{weights}: the embedding has {embedding.size(0)} rows but "
-                          f"{hf_dir / 'config.json'} says vocab_size={hf_cfg['vocab_size']}")
-    state = from_marian_state(tensors, cfg, src_rows, tgt_rows, str(weights))
+                          f"{where['config']} says vocab_size={hf_cfg['vocab_size']}")
+    state = from_marian_state(tensors, cfg, src_rows, tgt_rows, weights)
     model = Transformer(cfg)
     expected = set(model.state_dict())
     missing = sorted(expected - set(state))
@@ -432,10 +470,23 @@ def import_marian(hf_dir: str | Path) -> tuple[Transformer, Vocabs, dict[str, An
         raise ConfigError(f"{weights}: cannot fill {missing[:3]} from the file")
     for name, tensor in state.items():
         if name in expected and model.state_dict()[name].shape != tensor.shape:
-            raise ConfigError(f"{weights}: tensor for {name} has shape {tuple(tensor.shape)}, config.json implies "
-                              f"{tuple(model.state_dict()[name].shape)}")
+            raise ConfigError(f"{weights}: tensor for {name} has shape {tuple(tensor.shape)}, {where['config']} "
+                              f"implies {tuple(model.state_dict()[name].shape)}")
     model.load_state_dict(state, strict=False)
-    meta = {"imported_from": str(hf_dir.resolve()), "src_lang": tok.get("source_lang") or "",
-            "tgt_lang": tok.get("target_lang") or "",
+    meta = {"imported_from": str(release.origin.resolve()), "src_lang": release.src_lang,
+            "tgt_lang": release.tgt_lang,
             "spm_pieces_without_id": len(src_dropped) + (0 if same else len(tgt_dropped))}
+    langs = language_tokens(vocabs.src)
+    if langs:
+        meta["target_langs"] = sorted(langs)
     return model.eval(), vocabs, meta
+
+
+def language_tokens(vocab: Vocab) -> dict[str, int]:
+    """Multilingual models' target-language tokens: ``{"deu": id of ">>deu<<", ...}`` (empty for others)."""
+    out = {}
+    for i in range(len(vocab)):
+        piece = vocab.sp.id_to_piece(i)
+        if piece.startswith(">>") and piece.endswith("<<") and len(piece) > 4:
+            out[piece[2:-2]] = i
+    return out

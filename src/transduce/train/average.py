@@ -12,13 +12,12 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from ..config import read_toml
 from ..data.vocab import Vocabs
 from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
-from .checkpoint import MODEL, PEER, STATE, list_checkpoints
+from .checkpoint import MODEL, PEER, list_checkpoints, read_state, read_tensors
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +34,7 @@ def average_tensors(paths: list[Path], filename: str = MODEL) -> dict[str, torch
     for path in paths:
         if not (path / filename).is_file():
             raise FileNotFoundError(f"{path / filename}: missing checkpoint file")
-        tensors = load_file(str(path / filename))
+        tensors = read_tensors(path, filename)
         if total and set(tensors) != set(total):
             raise ValueError(f"{path / filename}: tensor names differ from {paths[0] / filename}")
         for name, t in tensors.items():
@@ -65,8 +64,8 @@ def average(run_dir: Path, last: int, out: Path, peer: bool = False) -> Path:
     if len(found) < last:
         raise ValueError(f"{run_dir / 'checkpoints'}: only {len(found)} checkpoints, asked to average {last}")
     chosen = found[-last:]
-    state = json.loads((chosen[-1] / STATE).read_text())
-    model = Transformer(ModelConfig.from_dict(state["model_config"], where=f"{chosen[-1] / STATE} model_config"))
+    state = read_state(chosen[-1])
+    model = Transformer(ModelConfig.from_dict(state["model_config"], where=f"{chosen[-1]}/state.json model_config"))
     filename = PEER if peer else MODEL
     weights = average_tensors(chosen, filename)
     missing, unexpected = model.load_state_dict(weights, strict=False)

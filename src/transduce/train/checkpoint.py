@@ -25,12 +25,29 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from ..modeldir import _fsync_tree, load_weights, save_weights
+from ..safefiles import read_json, read_safetensors
 
 MODEL, OPTIM, STATE, SUBWORDS = "model.safetensors", "optimizer.safetensors", "state.json", "subwords.safetensors"
 PEER, EMA = "peer.safetensors", "ema.safetensors"
+
+
+def fix_for(directory: Path) -> str:
+    """What to do about a damaged checkpoint: resume from the one before."""
+    return (f"this checkpoint is damaged; move {directory} aside and resume (--resume takes the newest "
+            "complete checkpoint left), or start the run again")
+
+
+def read_state(directory: Path) -> dict[str, Any]:
+    """A checkpoint's state.json, a damaged one named in one error line."""
+    return read_json(Path(directory) / STATE, fix_for(Path(directory)))
+
+
+def read_tensors(directory: Path, name: str) -> dict[str, torch.Tensor]:
+    """One safetensors file of a checkpoint, a damaged one named in one error line."""
+    return read_safetensors(Path(directory) / name, fix_for(Path(directory)))
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -136,14 +153,15 @@ def load_checkpoint(directory: str | Path, model: torch.nn.Module,
     for name in (MODEL, STATE) + ((PEER,) if peer is not None else ()) + ((EMA,) if ema is not None else ()):
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory / name}: missing checkpoint file")
-    state = json.loads((directory / STATE).read_text())
-    load_weights(model, directory / MODEL)
+    fix = fix_for(directory)
+    state = read_json(directory / STATE, fix)
+    load_weights(model, directory / MODEL, fix=fix)
     if peer is not None:
-        load_weights(peer, directory / PEER)
+        load_weights(peer, directory / PEER, fix=fix)
     if ema is not None:
-        load_weights(ema, directory / EMA)
+        load_weights(ema, directory / EMA, fix=fix)
     if optimizer is not None or restore_rng:
-        tensors = load_file(str(directory / OPTIM))
+        tensors = read_safetensors(directory / OPTIM, fix)
         if optimizer is not None:
             load_optimizer(optimizer, tensors, state["optimizer"])
         if restore_rng:

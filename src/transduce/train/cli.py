@@ -53,7 +53,13 @@ def preflight(config_path: Path, overrides: list[str], resume: bool):
         raise FileNotFoundError(f"{config_path}: key 'data': data directory {data_dir} does not exist "
                                 "(build it with `transduce prepare`)")
     data = PreparedData.open(data_dir)
-    model_cfg = model_config(model_table, data.vocabs, where=f"{config_path} [model] (vocabulary of {data_dir})")
+    if cfg.init_from is not None:  # fine-tuning: shape and vocabulary come from the model directory
+        from . import init
+
+        model_cfg = init.model_config(cfg.init_from, model_table, where=f"{config_path} [model]")
+        init.check_vocabulary(cfg.init_from, data)
+    else:
+        model_cfg = model_config(model_table, data.vocabs, where=f"{config_path} [model] (vocabulary of {data_dir})")
     from ..modeldir import check_vocab_matches
 
     check_vocab_matches(model_cfg, data.vocabs, f"{data_dir}/vocab")

@@ -79,6 +79,10 @@ class TrainConfig:
     # "written", "written-bf16" (Q K^T in the autocast dtype, not fp32: fewer casts, less precise scores), or an
     # SDPA kernel by name
     attention_kernel: Literal["auto", "written", "written-bf16", "math", "flash", "efficient", "default"] = "auto"
+    # fine-tuning (train/init.py): start from this model directory's weights (its shape and vocabulary too), and
+    # keep the listed parts ("embeddings", "encoder", "decoder") as they are; optimizer and schedule start fresh
+    init_from: str | None = None
+    freeze: list[str] = field(default_factory=list)
     # length of the run
     max_steps: int = 100_000
     max_epochs: int | None = None
@@ -144,6 +148,11 @@ class TrainConfig:
               "does not combine with subword_dropout (which re-segments the one-direction split each epoch)")
         check(self.diversify == "off" or self.bidirectional > 0, "diversify",
               f"{self.diversify!r} translates with the model BiT trained both ways: set bidirectional > 0 too")
+        check(self.init_from is None or bool(self.init_from), "init_from", "must name a model directory (or be absent)")
+        check(not self.freeze or self.init_from is not None, "freeze",
+              f"{self.freeze} keeps randomly initialised parts as they are: set init_from to a model directory too")
+        check(all(p in ("embeddings", "encoder", "decoder") for p in self.freeze), "freeze",
+              f"parts are 'embeddings', 'encoder' and 'decoder', got {self.freeze}")
         check(self.bleu_sentences >= 0, "bleu_sentences", f"must be non-negative, got {self.bleu_sentences}")
         for key in ("threads", "max_epochs", "save_every_steps", "patience"):
             value = getattr(self, key)

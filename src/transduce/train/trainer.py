@@ -18,7 +18,6 @@ with bit-identical weights.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -29,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
 from ..config import ConfigError, to_toml_text
 from ..data.batching import TokenBatches
@@ -87,12 +85,18 @@ class Trainer:
         if cfg.mutual_alpha > 0:
             torch.manual_seed(cfg.seed + PEER_SEED)
             self.peer = Transformer(model_cfg).to(self.device).train()
+        if cfg.init_from is not None:  # fine-tuning (train/init.py): the weights of a model directory
+            from .init import start_from
+
+            for m in self.models():
+                start_from(m, cfg.init_from, cfg.freeze)
         if cfg.fast_dropout:
             for m in self.models():
                 use_fast_dropout(m)
         self.ramp = DropoutRamp(self.model, *cfg.dropout_ramp) if cfg.dropout_ramp else None
         self.model.train()
-        self.optimizer = build_optimizer([np for m in self.models() for np in m.named_parameters()], cfg, self.ctx)
+        self.optimizer = build_optimizer([np for m in self.models() for np in m.named_parameters()
+                                          if np[1].requires_grad], cfg, self.ctx)  # not train.freeze's
         # the moving average lives on rank 0, which alone writes checkpoints (every rank has the same weights)
         self.ema = WeightEMA(self.model, cfg.ema_decay, cfg.ema_start or cfg.warmup) \
             if cfg.ema_decay > 0 and self.ctx.is_main else None
@@ -143,7 +147,7 @@ class Trainer:
         found = ckpt.list_checkpoints(self.ckpt_dir)
         if not found:
             return
-        state = json.loads((found[-1] / ckpt.STATE).read_text())
+        state = ckpt.read_state(found[-1])
         changed = {k: (v, state["model_config"].get(k)) for k, v in self.model_cfg.to_dict().items()
                    if state["model_config"].get(k) != v}
         if changed:
@@ -168,7 +172,7 @@ class Trainer:
             made = diversify.load(self.run_dir / diversify.FILE, len(self.data.split(self.cfg.train_split)))
             self._use_diversified(made)
         if state.get("subwords_epoch") is not None and (found[-1] / ckpt.SUBWORDS).is_file():
-            self.resumed_subwords = (state["subwords_epoch"], load_file(str(found[-1] / ckpt.SUBWORDS)))
+            self.resumed_subwords = (state["subwords_epoch"], ckpt.read_tensors(found[-1], ckpt.SUBWORDS))
         if self.stepper.scaler is not None and state.get("scaler"):
             self.stepper.scaler.load_state_dict(state["scaler"])
         if self.ctx.rank > 0:  # each rank has its own dropout stream; rank 0's was saved
