@@ -9,20 +9,25 @@ hypothesis); ``--scores`` prefixes each 1-best line with its score and a tab. ``
 for each line, the one of the beam's N best that the others agree with most (minimum Bayes risk,
 :mod:`~transduce.decode.mbr`); ``--rerank N --channel DIR`` the one of them that a target→source
 model also scores well (noisy channel, :mod:`~transduce.decode.rerank`).
+
+``--document`` translates plain text with paragraphs instead of lines (:mod:`~transduce.decode.document`).
+Either way the input is read, translated and written ``--chunk`` sentences at a time
+(:mod:`~transduce.decode.stream`), with a progress bar when stderr is a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
-import warnings
 from pathlib import Path
 
 import torch
 
 from . import mbr as mbr_
 from . import rerank as rerank_
+from . import stream as stream_
+from .align import pharaoh
+from .document import reassemble, source_language
 from .native_help import NATIVE_HELP
 from .search import SampleConfig
 from .translator import DTYPES
@@ -60,6 +65,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help=NATIVE_HELP)
     run_.add_argument("--no-truncate", action="store_true", help="error on inputs longer than the model allows")
     run_.add_argument("--stats", action="store_true", help="print sentences/s and tokens/s to stderr")
+    run_.add_argument("--chunk", type=int, default=stream_.DEFAULT_CHUNK, metavar="N",
+                      help="read, translate and write about N sentences at a time (memory does not grow "
+                           "with the input; the output does not depend on N)")
+    search.add_argument("--alignments", action="store_true",
+                        help="append ' ||| ' and word alignments in Pharaoh format (src-tgt) to each translation")
+    search.add_argument("--alignment-layer", type=int, default=None, metavar="L",
+                        help="decoder layer (from 0) whose attention aligns (default: the penultimate)")
+    doc = p.add_argument_group("documents (docs/documents.md)")
+    doc.add_argument("--document", action="store_true",
+                     help="plain text with paragraphs: split into sentences, keep paragraphs and whitespace")
+    doc.add_argument("--lang", default=None,
+                     help="source language for sentence splitting (default: the model's src_lang, else en)")
 
 
 def read_lines(path: str | Path | None) -> list[str]:
@@ -91,48 +108,92 @@ def _options(args) -> dict:
                          "--sample nor --mbr")
     return dict(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                 nbest=args.nbest, sample=sample, batch_tokens=args.batch_tokens, batch_size=args.batch_size,
-                truncate=not args.no_truncate, return_scores=True, mbr=mbr, rerank=rerank)
+                truncate=not args.no_truncate, return_scores=True, mbr=mbr, rerank=rerank,
+                alignments=args.alignments, alignment_layer=args.alignment_layer)
 
 
 def format_results(results: list, nbest: int, scores: bool, first_line: int = 0) -> list[str]:
     if nbest > 1:
-        return [f"{first_line + i} ||| {t.text} ||| {t.score:.4f}" for i, hyps in enumerate(results) for t in hyps]
-    return [f"{t.score:.4f}\t{t.text}" if scores else t.text for t in results]
+        return [f"{first_line + i} ||| {t.text} ||| {t.score:.4f}{_alignment(t)}"
+                for i, hyps in enumerate(results) for t in hyps]
+    return [(f"{t.score:.4f}\t{t.text}" if scores else t.text) + _alignment(t) for t in results]
+
+
+def _alignment(t) -> str:
+    """`` ||| 0-0 1-2`` for a translation carrying an alignment, else nothing."""
+    return "" if getattr(t, "alignment", None) is None else f" ||| {pharaoh(t.alignment)}"
 
 
 def run(args) -> int:
     from ..api import load
 
     options = _options(args)
+    _check_document(args)
     torch.set_num_threads(args.threads)
     translator = load(args.model, args.device, args.dtype, args.ensemble, native=args.native, channel=args.channel)
+    if not args.files and sys.stdin.isatty():
+        return _interactive(translator, options, args)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    stats = stream_.StreamStats()
     try:
-        if not args.files and sys.stdin.isatty():
-            return _interactive(translator, options, args)
-        sentences = tokens = 0
-        seconds = 0.0
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            for path in args.files or [None]:
-                lines = read_lines(path)
-                start = time.perf_counter()
-                results = translator.translate(lines, **options)
-                seconds += time.perf_counter() - start
-                sentences += len(lines)
-                tokens += sum(len(h.tokens) + 1 for r in results for h in (r if args.nbest > 1 else [r])[:1])
-                for line in format_results(results, args.nbest, args.scores):
-                    out.write(line + "\n")
-        for w in caught:
-            print(f"transduce translate: warning: {w.message}", file=sys.stderr)
-        if args.stats:
-            print(f"transduce translate: {sentences} sentences, {tokens} output tokens (with eos) in "
-                  f"{seconds:.2f} s: {sentences / seconds:.1f} sentences/s, {tokens / seconds:.1f} tokens/s "
-                  f"({torch.get_num_threads()} threads, {args.dtype}, beam {args.beam})", file=sys.stderr)
+        for path in args.files or [None]:
+            part = _translate_file(translator, options, args, path, out)
+            stats.sentences += part.sentences
+            stats.tokens += part.tokens
+            stats.seconds += part.seconds
     finally:
         if args.output:
             out.close()
+    if args.stats:
+        seconds = max(stats.seconds, 1e-9)
+        print(f"transduce translate: {stats.sentences} sentences, {stats.tokens} output tokens (with eos) in "
+              f"{stats.seconds:.2f} s: {stats.sentences / seconds:.1f} sentences/s, {stats.tokens / seconds:.1f} "
+              f"tokens/s ({torch.get_num_threads()} threads, {args.dtype}, beam {args.beam})", file=sys.stderr)
     return 0
+
+
+def _check_document(args) -> None:
+    if args.chunk < 1:
+        raise ValueError(f"--chunk must be at least 1, got {args.chunk}")
+    if args.document and (args.nbest > 1 or args.scores or args.alignments):
+        raise ValueError("--document writes one translated text: it goes with neither --nbest, --scores nor "
+                         "--alignments (use line mode for those)")
+    if args.alignments and (args.native or args.ensemble):
+        raise ValueError("--alignments needs a single PyTorch model: not with --native or --ensemble")
+
+
+def _translate_file(translator, options: dict, args, path: str | None, out) -> stream_.StreamStats:
+    """Stream one input (a file, or stdin for None / '-') to ``out``."""
+    stdin = path in (None, "-")
+    name = "<stdin>" if stdin else str(path)
+    f = sys.stdin.buffer if stdin else open(path, "rb")
+    try:
+        total = None if stdin else Path(path).stat().st_size
+        if args.document:
+            units = stream_.document_units(f, name, args.lang or source_language(translator))
+        else:
+            units = stream_.line_units(f, name)
+        bar = stream_.progress_bar(total)
+        try:
+            return stream_.translate_stream(lambda batch: translator.translate(batch, **options), units, out,
+                                            _renderer(args), args.chunk, name, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+    finally:
+        if not stdin:
+            f.close()
+
+
+def _renderer(args):
+    """How a unit and its results are written: a document's text, or line mode's formats."""
+    if args.document:
+        return lambda unit, results, first: reassemble(unit.pieces, [r.text for r in results])
+
+    def line(unit, results, first):
+        return "".join(text + "\n" for text in format_results(results, args.nbest, args.scores, first))
+
+    return line
 
 
 def _interactive(translator, options: dict, args) -> int:

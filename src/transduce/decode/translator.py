@@ -54,12 +54,14 @@ def for_decoding(model: torch.nn.Module, dtype: str, device: torch.device) -> to
 
 @dataclass
 class Translation:
-    """One output: detokenised ``text``, its target ``tokens``, model ``logprob`` and ranking ``score``."""
+    """One output: detokenised ``text``, its target ``tokens``, model ``logprob`` and ranking ``score``;
+    ``alignment``: (source word, target word) pairs when asked for (:mod:`~transduce.decode.align`)."""
 
     text: str
     tokens: list[int]
     logprob: float
     score: float
+    alignment: list[tuple[int, int]] | None = None
 
 
 class Translator:
@@ -128,7 +130,8 @@ class Translator:
                   max_len_b: int = 50, nbest: int = 1, sample: SampleConfig | None = None,
                   batch_tokens: int = 4096, batch_size: int | None = None, sort: bool = True,
                   truncate: bool = True, return_scores: bool = False, mbr: MBRConfig | None = None,
-                  rerank: RerankConfig | None = None) -> list:
+                  rerank: RerankConfig | None = None, alignments: bool = False,
+                  alignment_layer: int | None = None) -> list:
         """Translate ``sentences`` (one per item); results come back in input order.
 
         Returns ``list[str]``; with ``nbest > 1`` a list of n-best lists; with
@@ -136,7 +139,9 @@ class Translator:
         ``sample`` use single-hypothesis decoding. An empty (or blank) line gives "".
         ``mbr`` picks each output from the beam's ``mbr.candidates`` best by minimum Bayes
         risk (:mod:`~transduce.decode.mbr`) instead of taking the first; ``rerank`` picks it by the
-        direct score plus the channel model's (:mod:`~transduce.decode.rerank`).
+        direct score plus the channel model's (:mod:`~transduce.decode.rerank`). ``alignments``
+        returns :class:`Translation` objects whose ``alignment`` holds word pairs from the
+        encoder–decoder attention of decoder layer ``alignment_layer`` (:mod:`~transduce.decode.align`).
         """
         if beam < 1:
             raise ValueError(f"beam must be at least 1, got {beam}")
@@ -166,7 +171,15 @@ class Translator:
             channel = self.channel_scores(sources, results, batch_tokens)
             results = [[hyps[rerank_.choose(hyps, c, rerank.weight)]] for hyps, c in zip(results, channel)]
             nbest = 1
-        out = [[self._wrap(h, return_scores) for h in hyps] for hyps in results]
+        out = [[self._wrap(h, return_scores or alignments) for h in hyps] for hyps in results]
+        if alignments:
+            from .align import align
+
+            flat = [(n, t) for n, hyps in enumerate(out) for t in hyps]
+            pairs = align(self, [sources[n] for n, _ in flat], [t.tokens for _, t in flat], alignment_layer,
+                          batch_tokens)
+            for (_, t), a in zip(flat, pairs):
+                t.alignment = a
         return [o[0] for o in out] if nbest == 1 else out
 
     def search(self, sources: list[list[int] | None], beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
