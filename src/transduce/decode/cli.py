@@ -28,6 +28,7 @@ from . import rerank as rerank_
 from . import stream as stream_
 from .align import pharaoh
 from .document import reassemble, source_language
+from .markup import translate_html, translate_html_batch
 from .native_help import NATIVE_HELP
 from .search import SampleConfig
 from .translator import DTYPES
@@ -71,10 +72,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     search.add_argument("--alignments", action="store_true",
                         help="append ' ||| ' and word alignments in Pharaoh format (src-tgt) to each translation")
     search.add_argument("--alignment-layer", type=int, default=None, metavar="L",
-                        help="decoder layer (from 0) whose attention aligns (default: the penultimate)")
+                        help="decoder layer (from 0) whose attention aligns (default: the last)")
     doc = p.add_argument_group("documents (docs/documents.md)")
     doc.add_argument("--document", action="store_true",
                      help="plain text with paragraphs: split into sentences, keep paragraphs and whitespace")
+    doc.add_argument("--format", choices=["text", "html"], default="text",
+                     help="html: keep inline tags, placed by word alignment; each input line is one HTML "
+                          "snippet, or with --document the whole input is one HTML document")
     doc.add_argument("--lang", default=None,
                      help="source language for sentence splitting (default: the model's src_lang, else en)")
 
@@ -158,8 +162,13 @@ def _check_document(args) -> None:
     if args.document and (args.nbest > 1 or args.scores or args.alignments):
         raise ValueError("--document writes one translated text: it goes with neither --nbest, --scores nor "
                          "--alignments (use line mode for those)")
-    if args.alignments and (args.native or args.ensemble):
-        raise ValueError("--alignments needs a single PyTorch model: not with --native or --ensemble")
+    if args.format == "html" and (args.nbest > 1 or args.scores or args.alignments or args.sample
+                                  or args.mbr or args.rerank):
+        raise ValueError("--format html writes one translated snippet per input: it goes with neither --nbest, "
+                         "--scores, --alignments, --sample, --mbr nor --rerank")
+    if (args.alignments or args.format == "html") and (args.native or args.ensemble):
+        raise ValueError("--alignments and --format html need a single PyTorch model's attention: "
+                         "not with --native or --ensemble")
 
 
 def _translate_file(translator, options: dict, args, path: str | None, out) -> stream_.StreamStats:
@@ -169,20 +178,46 @@ def _translate_file(translator, options: dict, args, path: str | None, out) -> s
     f = sys.stdin.buffer if stdin else open(path, "rb")
     try:
         total = None if stdin else Path(path).stat().st_size
+        if args.format == "html":
+            return _translate_html(translator, options, args, f, name, out)
         if args.document:
             units = stream_.document_units(f, name, args.lang or source_language(translator))
         else:
             units = stream_.line_units(f, name)
-        bar = stream_.progress_bar(total)
-        try:
-            return stream_.translate_stream(lambda batch: translator.translate(batch, **options), units, out,
-                                            _renderer(args), args.chunk, name, bar)
-        finally:
-            if bar is not None:
-                bar.close()
+        return _stream(lambda batch: translator.translate(batch, **options), units, out, _renderer(args), args,
+                       name, total)
     finally:
         if not stdin:
             f.close()
+
+
+def _translate_html(translator, options: dict, args, f, name: str, out) -> stream_.StreamStats:
+    """``--format html``: one snippet per line (streamed), or with ``--document`` the whole input as one."""
+    html_options = dict(options, lang=args.lang, alignment_layer=args.alignment_layer)
+    if args.document:
+        text = "".join(stream_.decoded_lines(f, name))  # one document: held in memory whole
+        out.write(translate_html(translator, text, **html_options))
+        out.flush()
+        return stream_.StreamStats(sentences=1)
+
+    def translate(batch):
+        return translate_html_batch(translator, batch, **html_options)
+
+    def render(unit, results, first):
+        return "".join(r + "\n" for r in results)
+
+    total = None if name == "<stdin>" else Path(name).stat().st_size
+    return _stream(translate, stream_.line_units(f, name), out, render, args, name, total)
+
+
+def _stream(translate, units, out, render, args, name: str, total: int | None) -> stream_.StreamStats:
+    """:func:`stream_.translate_stream` with a progress bar over ``total`` input bytes on a terminal."""
+    bar = stream_.progress_bar(total)
+    try:
+        return stream_.translate_stream(translate, units, out, render, args.chunk, name, bar)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _renderer(args):

@@ -300,19 +300,32 @@ def translate_html(translator, text: str, lang: str | None = None, alignment_lay
     """Translate an HTML snippet, keeping its markup (module docstring). ``lang``: the sentence
     splitter's language (default: the model's source language); ``options``: those of
     :meth:`Translator.translate` (beam, alpha, batch_tokens, ...). Needs a single PyTorch model
-    (alignments), so not an ensemble or the ``--native`` step."""
-    root = parse(text)
+    (alignments), so not an ensemble or the ``--native`` step.
+
+    >>> translate_html(transduce.load("model"), 'A <b>dog</b> <a href="/run">runs</a>.')  # doctest: +SKIP
+    'Ein <b>Hund</b> <a href="/run">rennt</a>.'
+    """
+    return translate_html_batch(translator, [text], lang, alignment_layer, **options)[0]
+
+
+def translate_html_batch(translator, texts: list[str], lang: str | None = None, alignment_layer: int | None = None,
+                         **options) -> list[str]:
+    """:func:`translate_html` for several snippets, all their sentences translated in one batched call."""
+    trees = []
     runs: list[_Run] = []
-    layout = _runs(root, runs)
+    for n, text in enumerate(texts):
+        try:
+            trees.append(_runs(parse(text), runs))
+        except ValueError as e:
+            raise ValueError(f"HTML input {n + 1}: {e}") from None
     lang = lang or source_language(translator)
     for run in runs:
         run.collect()
         run.pieces = split_paragraph(run.text, lang) if run.text.strip() else [Piece(run.text)]
     batch = [p.source for run in runs for p in run.pieces if p.sentence]
-    options = {k: v for k, v in options.items() if k != "return_scores"}
-    results = translator.translate(batch, alignments=True, alignment_layer=alignment_layer, **options) if batch else []
+    options = {k: v for k, v in options.items() if k not in ("return_scores", "alignments")}
+    results = translator.translate(batch, alignments="cover", alignment_layer=alignment_layer, **options) if batch else []
     it = iter(results)
     for run in runs:
         run.translations = [next(it) for p in run.pieces if p.sentence]
-    return _render_layout(layout)
-
+    return [_render_layout(layout) for layout in trees]

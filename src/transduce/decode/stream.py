@@ -29,10 +29,11 @@ class Unit:
     pieces: list[Piece]
     line: int  # input line number (from 1) where the unit starts
     end: int  # input bytes read up to the end of this unit
+    raw: bool = False  # translate the sentence pieces as they are (line mode), not whitespace-collapsed
 
     @property
     def sentences(self) -> list[str]:
-        return [p.source for p in self.pieces if p.sentence]
+        return [p.text if self.raw else p.source for p in self.pieces if p.sentence]
 
 
 def decoded_lines(stream: Iterable[bytes], name: str, counter: list[int] | None = None) -> Iterator[str]:
@@ -52,7 +53,7 @@ def line_units(stream: Iterable[bytes], name: str) -> Iterator[Unit]:
     read = [0]
     for n, line in enumerate(decoded_lines(stream, name, read), 1):
         text = line.rstrip("\n").rstrip("\r")
-        yield Unit([Piece(text, sentence=True)], n, read[0])
+        yield Unit([Piece(text, sentence=True)], n, read[0], raw=True)
 
 
 def document_units(stream: Iterable[bytes], name: str, lang: str) -> Iterator[Unit]:

@@ -130,7 +130,7 @@ class Translator:
                   max_len_b: int = 50, nbest: int = 1, sample: SampleConfig | None = None,
                   batch_tokens: int = 4096, batch_size: int | None = None, sort: bool = True,
                   truncate: bool = True, return_scores: bool = False, mbr: MBRConfig | None = None,
-                  rerank: RerankConfig | None = None, alignments: bool = False,
+                  rerank: RerankConfig | None = None, alignments: bool | str = False,
                   alignment_layer: int | None = None) -> list:
         """Translate ``sentences`` (one per item); results come back in input order.
 
@@ -141,7 +141,8 @@ class Translator:
         risk (:mod:`~transduce.decode.mbr`) instead of taking the first; ``rerank`` picks it by the
         direct score plus the channel model's (:mod:`~transduce.decode.rerank`). ``alignments``
         returns :class:`Translation` objects whose ``alignment`` holds word pairs from the
-        encoder–decoder attention of decoder layer ``alignment_layer`` (:mod:`~transduce.decode.align`).
+        encoder–decoder attention of decoder layer ``alignment_layer`` (:mod:`~transduce.decode.align`;
+        ``alignments="cover"`` also aligns each source word no target word chose).
         """
         if beam < 1:
             raise ValueError(f"beam must be at least 1, got {beam}")
@@ -177,7 +178,7 @@ class Translator:
 
             flat = [(n, t) for n, hyps in enumerate(out) for t in hyps]
             pairs = align(self, [sources[n] for n, _ in flat], [t.tokens for _, t in flat], alignment_layer,
-                          batch_tokens)
+                          batch_tokens, cover=alignments == "cover")
             for (_, t), a in zip(flat, pairs):
                 t.alignment = a
         return [o[0] for o in out] if nbest == 1 else out
