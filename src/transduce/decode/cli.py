@@ -73,6 +73,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="append ' ||| ' and word alignments in Pharaoh format (src-tgt) to each translation")
     search.add_argument("--alignment-layer", type=int, default=None, metavar="L",
                         help="decoder layer (from 0) whose attention aligns (default: the last)")
+    terms = p.add_argument_group("terminology (docs/documents.md)")
+    terms.add_argument("--glossary", metavar="TSV",
+                       help="'source term<TAB>target term' lines: the target term is required wherever the source "
+                            "term occurs (constrained beam search)")
+    terms.add_argument("--constraints", action="store_true",
+                       help="input lines are 'sentence<TAB>term<TAB>term...': each term must appear in the output")
     doc = p.add_argument_group("documents (docs/documents.md)")
     doc.add_argument("--document", action="store_true",
                      help="plain text with paragraphs: split into sentences, keep paragraphs and whitespace")
@@ -166,6 +172,14 @@ def _check_document(args) -> None:
                                   or args.mbr or args.rerank):
         raise ValueError("--format html writes one translated snippet per input: it goes with neither --nbest, "
                          "--scores, --alignments, --sample, --mbr nor --rerank")
+    if args.glossary or args.constraints:
+        used = [flag for flag, on in [("--nbest", args.nbest > 1), ("--sample", args.sample), ("--mbr", args.mbr),
+                                      ("--rerank", args.rerank), ("--alignments", args.alignments),
+                                      ("--format html", args.format == "html"), ("--native", args.native),
+                                      ("--ensemble", args.ensemble), ("--scores", args.scores),
+                                      ("--constraints with --document", args.constraints and args.document)] if on]
+        if used:
+            raise ValueError(f"terminology (--glossary, --constraints) is not supported with {', '.join(used)}")
     if (args.alignments or args.format == "html") and (args.native or args.ensemble):
         raise ValueError("--alignments and --format html need a single PyTorch model's attention: "
                          "not with --native or --ensemble")
@@ -184,11 +198,31 @@ def _translate_file(translator, options: dict, args, path: str | None, out) -> s
             units = stream_.document_units(f, name, args.lang or source_language(translator))
         else:
             units = stream_.line_units(f, name)
-        return _stream(lambda batch: translator.translate(batch, **options), units, out, _renderer(args), args,
-                       name, total)
+        return _stream(_translate_fn(translator, options, args), units, out, _renderer(args), args, name, total)
     finally:
         if not stdin:
             f.close()
+
+
+def _translate_fn(translator, options: dict, args):
+    """``batch -> results``: plain, or with the glossary and per-line constraints (constrained search)."""
+    if not (args.glossary or args.constraints):
+        return lambda batch: translator.translate(batch, **options)
+    from .terminology import Glossary, translate_with_terms
+
+    glossary = Glossary.load(args.glossary, translator.vocabs.src.lowercase) if args.glossary else None
+    keep = ("beam", "alpha", "max_len_a", "max_len_b", "batch_tokens", "batch_size", "truncate", "return_scores")
+    plain = {k: v for k, v in options.items() if k in keep}
+
+    def translate(batch):
+        if args.constraints:
+            fields = [line.split("\t") for line in batch]
+            batch, constraints = [f[0] for f in fields], [[t for t in f[1:] if t.strip()] for f in fields]
+        else:
+            constraints = None
+        return translate_with_terms(translator, batch, constraints, glossary=glossary, **plain)
+
+    return translate
 
 
 def _translate_html(translator, options: dict, args, f, name: str, out) -> stream_.StreamStats:
