@@ -165,3 +165,23 @@ def test_invalid_utf8_names_file_and_line():
 def test_chunks_never_split_a_unit():
     units = [Unit([Piece("a", True), Piece(" "), Piece("b", True)], i, i) for i in range(5)]
     assert [len(c) for c in chunks(units, 3)] == [2, 2, 1]
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch):
+    from transduce.decode import stream
+
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    assert stream.progress_bar(100) is None  # piped: nothing extra
+    term = Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    bar = stream.progress_bar(len(b"".join(f"l{i}\n".encode() for i in range(30))))
+    lines = [f"l{i}\n".encode() for i in range(30)]
+    translate_stream(reverse, line_units(lines, "t"), io.StringIO(), render_line, chunk=10, progress=bar)
+    bar.close()
+    shown = term.getvalue()
+    assert "30 sent" in shown and "tok/s" in shown and "100%" in shown
