@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-import torch
 
 from transduce.cli import main
 from transduce.decode.constraints import _State
@@ -88,4 +87,3 @@ def test_score_cli(tiny_model_dir, tmp_path, capsys):
     tgt.write_text("Ein Hund.\n")
     assert main(["score", "--model", str(tiny_model_dir), "--source", str(src), "--target", str(tgt)]) == 2
     assert "2 lines" in capsys.readouterr().err
-    torch.set_num_threads(1)

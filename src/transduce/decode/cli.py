@@ -27,7 +27,7 @@ from . import mbr as mbr_
 from . import rerank as rerank_
 from . import stream as stream_
 from .align import pharaoh
-from .document import reassemble, source_language
+from .document import reassemble, sentences, source_language, split_text
 from .markup import translate_html, translate_html_batch
 from .native_help import NATIVE_HELP
 from .search import SampleConfig
@@ -266,7 +266,10 @@ def _renderer(args):
 
 
 def _interactive(translator, options: dict, args) -> int:
+    """A prompt: each typed line is translated as the flags say (a paragraph with --document, HTML with
+    --format html, with the glossary or constraints when given)."""
     print("type a sentence and Enter; Ctrl-D ends", file=sys.stderr)
+    translate = _translate_fn(translator, options, args)
     n = 0
     while True:
         try:
@@ -274,6 +277,13 @@ def _interactive(translator, options: dict, args) -> int:
         except EOFError:
             print(file=sys.stderr)
             return 0
-        for text in format_results(translator.translate([line], **options), args.nbest, args.scores, n):
+        if args.format == "html":
+            texts = translate_html_batch(translator, [line], **dict(options, lang=args.lang))
+        elif args.document:
+            pieces = split_text(line, args.lang or source_language(translator))
+            texts = [reassemble(pieces, [r.text for r in translate(sentences(pieces))])]
+        else:
+            texts = format_results(translate([line]), args.nbest, args.scores, n)
+        for text in texts:
             print(text, flush=True)
         n += 1

@@ -324,7 +324,9 @@ def translate_html_batch(translator, texts: list[str], lang: str | None = None, 
         run.pieces = split_paragraph(run.text, lang) if run.text.strip() else [Piece(run.text)]
     batch = [p.source for run in runs for p in run.pieces if p.sentence]
     options = {k: v for k, v in options.items() if k not in ("return_scores", "alignments")}
-    results = translator.translate(batch, alignments="cover", alignment_layer=alignment_layer, **options) if batch else []
+    results = []
+    if batch:
+        results = translator.translate(batch, alignments="cover", alignment_layer=alignment_layer, **options)
     it = iter(results)
     for run in runs:
         run.translations = [next(it) for p in run.pieces if p.sentence]
