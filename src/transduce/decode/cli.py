@@ -12,7 +12,10 @@ model also scores well (noisy channel, :mod:`~transduce.decode.rerank`).
 
 ``--document`` translates plain text with paragraphs instead of lines (:mod:`~transduce.decode.document`).
 Either way the input is read, translated and written ``--chunk`` sentences at a time
-(:mod:`~transduce.decode.stream`), with a progress bar when stderr is a terminal.
+(:mod:`~transduce.decode.stream`), with a progress bar when stderr is a terminal. ``--format html``
+keeps inline markup (:mod:`~transduce.decode.markup`), ``--alignments`` appends Pharaoh word alignments
+(:mod:`~transduce.decode.align`), ``--glossary`` / ``--constraints`` require target terms
+(:mod:`~transduce.decode.terminology`). The user guide is docs/documents.md.
 """
 
 from __future__ import annotations
