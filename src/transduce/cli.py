@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("transduce.train.cli", "train a model from a prepared data directory"),
     "average": ("transduce.train.average", "average the last N checkpoints into a model directory"),
     "translate": ("transduce.decode.cli", "translate files or stdin with a model directory"),
+    "score": ("transduce.decode.score", "log-probability of given translations under a model, one per line"),
     "evaluate": ("transduce.evaluate", "score translations: sacreBLEU, chrF, tokenized BLEU, perplexity"),
     "attention": ("transduce.viz.attention", "draw attention heatmaps for a sentence"),
     "plot": ("transduce.viz.plots", "plot the paper's arguments: positions, schedule, masks, curves"),

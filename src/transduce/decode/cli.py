@@ -9,20 +9,29 @@ hypothesis); ``--scores`` prefixes each 1-best line with its score and a tab. ``
 for each line, the one of the beam's N best that the others agree with most (minimum Bayes risk,
 :mod:`~transduce.decode.mbr`); ``--rerank N --channel DIR`` the one of them that a target→source
 model also scores well (noisy channel, :mod:`~transduce.decode.rerank`).
+
+``--document`` translates plain text with paragraphs instead of lines (:mod:`~transduce.decode.document`).
+Either way the input is read, translated and written ``--chunk`` sentences at a time
+(:mod:`~transduce.decode.stream`), with a progress bar when stderr is a terminal. ``--format html``
+keeps inline markup (:mod:`~transduce.decode.markup`), ``--alignments`` appends Pharaoh word alignments
+(:mod:`~transduce.decode.align`), ``--glossary`` / ``--constraints`` require target terms
+(:mod:`~transduce.decode.terminology`). The user guide is docs/documents.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
-import warnings
 from pathlib import Path
 
 import torch
 
 from . import mbr as mbr_
 from . import rerank as rerank_
+from . import stream as stream_
+from .align import pharaoh
+from .document import reassemble, sentences, source_language, split_text
+from .markup import translate_html, translate_html_batch
 from .native_help import NATIVE_HELP
 from .search import SampleConfig
 from .translator import DTYPES
@@ -62,6 +71,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                       help="multilingual models: the target language, as its >>CODE<< token (e.g. deu, fra)")
     run_.add_argument("--no-truncate", action="store_true", help="error on inputs longer than the model allows")
     run_.add_argument("--stats", action="store_true", help="print sentences/s and tokens/s to stderr")
+    run_.add_argument("--chunk", type=int, default=stream_.DEFAULT_CHUNK, metavar="N",
+                      help="read, translate and write about N sentences at a time (memory does not grow "
+                           "with the input; the output does not depend on N)")
+    search.add_argument("--alignments", action="store_true",
+                        help="append ' ||| ' and word alignments in Pharaoh format (src-tgt) to each translation")
+    search.add_argument("--alignment-layer", type=int, default=None, metavar="L",
+                        help="decoder layer (from 0) whose attention aligns (default: the last)")
+    terms = p.add_argument_group("terminology (docs/documents.md)")
+    terms.add_argument("--glossary", metavar="TSV",
+                       help="'source term<TAB>target term' lines: the target term is required wherever the source "
+                            "term occurs (constrained beam search)")
+    terms.add_argument("--constraints", action="store_true",
+                       help="input lines are 'sentence<TAB>term<TAB>term...': each term must appear in the output")
+    doc = p.add_argument_group("documents (docs/documents.md)")
+    doc.add_argument("--document", action="store_true",
+                     help="plain text with paragraphs: split into sentences, keep paragraphs and whitespace")
+    doc.add_argument("--format", choices=["text", "html"], default="text",
+                     help="html: keep inline tags, placed by word alignment; each input line is one HTML "
+                          "snippet, or with --document the whole input is one HTML document")
+    doc.add_argument("--lang", default=None,
+                     help="source language for sentence splitting (default: the model's src_lang, else en)")
 
 
 def read_lines(path: str | Path | None) -> list[str]:
@@ -94,52 +124,157 @@ def _options(args) -> dict:
     return dict(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                 nbest=args.nbest, sample=sample, batch_tokens=args.batch_tokens, batch_size=args.batch_size,
                 truncate=not args.no_truncate, return_scores=True, mbr=mbr, rerank=rerank,
-                target_lang=args.target_lang)
+                target_lang=args.target_lang, alignments=args.alignments, alignment_layer=args.alignment_layer)
 
 
 def format_results(results: list, nbest: int, scores: bool, first_line: int = 0) -> list[str]:
     if nbest > 1:
-        return [f"{first_line + i} ||| {t.text} ||| {t.score:.4f}" for i, hyps in enumerate(results) for t in hyps]
-    return [f"{t.score:.4f}\t{t.text}" if scores else t.text for t in results]
+        return [f"{first_line + i} ||| {t.text} ||| {t.score:.4f}{_alignment(t)}"
+                for i, hyps in enumerate(results) for t in hyps]
+    return [(f"{t.score:.4f}\t{t.text}" if scores else t.text) + _alignment(t) for t in results]
+
+
+def _alignment(t) -> str:
+    """`` ||| 0-0 1-2`` for a translation carrying an alignment, else nothing."""
+    return "" if getattr(t, "alignment", None) is None else f" ||| {pharaoh(t.alignment)}"
 
 
 def run(args) -> int:
     from ..api import load
 
     options = _options(args)
+    _check_document(args)
     torch.set_num_threads(args.threads)
     translator = load(args.model, args.device, args.dtype, args.ensemble, native=args.native, channel=args.channel)
+    if not args.files and sys.stdin.isatty():
+        return _interactive(translator, options, args)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    stats = stream_.StreamStats()
     try:
-        if not args.files and sys.stdin.isatty():
-            return _interactive(translator, options, args)
-        sentences = tokens = 0
-        seconds = 0.0
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            for path in args.files or [None]:
-                lines = read_lines(path)
-                start = time.perf_counter()
-                results = translator.translate(lines, **options)
-                seconds += time.perf_counter() - start
-                sentences += len(lines)
-                tokens += sum(len(h.tokens) + 1 for r in results for h in (r if args.nbest > 1 else [r])[:1])
-                for line in format_results(results, args.nbest, args.scores):
-                    out.write(line + "\n")
-        for w in caught:
-            print(f"transduce translate: warning: {w.message}", file=sys.stderr)
-        if args.stats:
-            print(f"transduce translate: {sentences} sentences, {tokens} output tokens (with eos) in "
-                  f"{seconds:.2f} s: {sentences / seconds:.1f} sentences/s, {tokens / seconds:.1f} tokens/s "
-                  f"({torch.get_num_threads()} threads, {args.dtype}, beam {args.beam})", file=sys.stderr)
+        for path in args.files or [None]:
+            part = _translate_file(translator, options, args, path, out)
+            stats.sentences += part.sentences
+            stats.tokens += part.tokens
+            stats.seconds += part.seconds
     finally:
         if args.output:
             out.close()
+    if args.stats:
+        seconds = max(stats.seconds, 1e-9)
+        print(f"transduce translate: {stats.sentences} sentences, {stats.tokens} output tokens (with eos) in "
+              f"{stats.seconds:.2f} s: {stats.sentences / seconds:.1f} sentences/s, {stats.tokens / seconds:.1f} "
+              f"tokens/s ({torch.get_num_threads()} threads, {args.dtype}, beam {args.beam})", file=sys.stderr)
     return 0
 
 
+def _check_document(args) -> None:
+    if args.chunk < 1:
+        raise ValueError(f"--chunk must be at least 1, got {args.chunk}")
+    if args.document and (args.nbest > 1 or args.scores or args.alignments):
+        raise ValueError("--document writes one translated text: it goes with neither --nbest, --scores nor "
+                         "--alignments (use line mode for those)")
+    if args.format == "html" and (args.nbest > 1 or args.scores or args.alignments or args.sample
+                                  or args.mbr or args.rerank):
+        raise ValueError("--format html writes one translated snippet per input: it goes with neither --nbest, "
+                         "--scores, --alignments, --sample, --mbr nor --rerank")
+    if args.glossary or args.constraints:
+        used = [flag for flag, on in [("--nbest", args.nbest > 1), ("--sample", args.sample), ("--mbr", args.mbr),
+                                      ("--rerank", args.rerank), ("--alignments", args.alignments),
+                                      ("--format html", args.format == "html"), ("--native", args.native),
+                                      ("--ensemble", args.ensemble), ("--scores", args.scores),
+                                      ("--constraints with --document", args.constraints and args.document)] if on]
+        if used:
+            raise ValueError(f"terminology (--glossary, --constraints) is not supported with {', '.join(used)}")
+    if (args.alignments or args.format == "html") and (args.native or args.ensemble):
+        raise ValueError("--alignments and --format html need a single PyTorch model's attention: "
+                         "not with --native or --ensemble")
+
+
+def _translate_file(translator, options: dict, args, path: str | None, out) -> stream_.StreamStats:
+    """Stream one input (a file, or stdin for None / '-') to ``out``."""
+    stdin = path in (None, "-")
+    name = "<stdin>" if stdin else str(path)
+    f = sys.stdin.buffer if stdin else open(path, "rb")
+    try:
+        total = None if stdin else Path(path).stat().st_size
+        if args.format == "html":
+            return _translate_html(translator, options, args, f, name, out)
+        if args.document:
+            units = stream_.document_units(f, name, args.lang or source_language(translator))
+        else:
+            units = stream_.line_units(f, name)
+        return _stream(_translate_fn(translator, options, args), units, out, _renderer(args), args, name, total)
+    finally:
+        if not stdin:
+            f.close()
+
+
+def _translate_fn(translator, options: dict, args):
+    """``batch -> results``: plain, or with the glossary and per-line constraints (constrained search)."""
+    if not (args.glossary or args.constraints):
+        return lambda batch: translator.translate(batch, **options)
+    from .terminology import Glossary, translate_with_terms
+
+    glossary = Glossary.load(args.glossary, translator.vocabs.src.lowercase) if args.glossary else None
+    keep = ("beam", "alpha", "max_len_a", "max_len_b", "batch_tokens", "batch_size", "truncate", "return_scores")
+    plain = {k: v for k, v in options.items() if k in keep}
+
+    def translate(batch):
+        if args.constraints:
+            fields = [line.split("\t") for line in batch]
+            batch, constraints = [f[0] for f in fields], [[t for t in f[1:] if t.strip()] for f in fields]
+        else:
+            constraints = None
+        return translate_with_terms(translator, batch, constraints, glossary=glossary, **plain)
+
+    return translate
+
+
+def _translate_html(translator, options: dict, args, f, name: str, out) -> stream_.StreamStats:
+    """``--format html``: one snippet per line (streamed), or with ``--document`` the whole input as one."""
+    html_options = dict(options, lang=args.lang, alignment_layer=args.alignment_layer)
+    if args.document:
+        text = "".join(stream_.decoded_lines(f, name))  # one document: held in memory whole
+        out.write(translate_html(translator, text, **html_options))
+        out.flush()
+        return stream_.StreamStats(sentences=1)
+
+    def translate(batch):
+        return translate_html_batch(translator, batch, **html_options)
+
+    def render(unit, results, first):
+        return "".join(r + "\n" for r in results)
+
+    total = None if name == "<stdin>" else Path(name).stat().st_size
+    return _stream(translate, stream_.line_units(f, name), out, render, args, name, total)
+
+
+def _stream(translate, units, out, render, args, name: str, total: int | None) -> stream_.StreamStats:
+    """:func:`stream_.translate_stream` with a progress bar over ``total`` input bytes on a terminal."""
+    bar = stream_.progress_bar(total)
+    try:
+        return stream_.translate_stream(translate, units, out, render, args.chunk, name, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _renderer(args):
+    """How a unit and its results are written: a document's text, or line mode's formats."""
+    if args.document:
+        return lambda unit, results, first: reassemble(unit.pieces, [r.text for r in results])
+
+    def line(unit, results, first):
+        return "".join(text + "\n" for text in format_results(results, args.nbest, args.scores, first))
+
+    return line
+
+
 def _interactive(translator, options: dict, args) -> int:
+    """A prompt: each typed line is translated as the flags say (a paragraph with --document, HTML with
+    --format html, with the glossary or constraints when given)."""
     print("type a sentence and Enter; Ctrl-D ends", file=sys.stderr)
+    translate = _translate_fn(translator, options, args)
     n = 0
     while True:
         try:
@@ -147,6 +282,13 @@ def _interactive(translator, options: dict, args) -> int:
         except EOFError:
             print(file=sys.stderr)
             return 0
-        for text in format_results(translator.translate([line], **options), args.nbest, args.scores, n):
+        if args.format == "html":
+            texts = translate_html_batch(translator, [line], **dict(options, lang=args.lang))
+        elif args.document:
+            pieces = split_text(line, args.lang or source_language(translator))
+            texts = [reassemble(pieces, [r.text for r in translate(sentences(pieces))])]
+        else:
+            texts = format_results(translate([line]), args.nbest, args.scores, n)
+        for text in texts:
             print(text, flush=True)
         n += 1

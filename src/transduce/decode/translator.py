@@ -59,12 +59,14 @@ def for_decoding(model: torch.nn.Module, dtype: str, device: torch.device) -> to
 
 @dataclass
 class Translation:
-    """One output: detokenised ``text``, its target ``tokens``, model ``logprob`` and ranking ``score``."""
+    """One output: detokenised ``text``, its target ``tokens``, model ``logprob`` and ranking ``score``;
+    ``alignment``: (source word, target word) pairs when asked for (:mod:`~transduce.decode.align`)."""
 
     text: str
     tokens: list[int]
     logprob: float
     score: float
+    alignment: list[tuple[int, int]] | None = None
 
 
 class Translator:
@@ -157,7 +159,8 @@ class Translator:
                   max_len_b: int = 50, nbest: int = 1, sample: SampleConfig | None = None,
                   batch_tokens: int = 4096, batch_size: int | None = None, sort: bool = True,
                   truncate: bool = True, return_scores: bool = False, mbr: MBRConfig | None = None,
-                  rerank: RerankConfig | None = None, target_lang: str | None = None) -> list:
+                  rerank: RerankConfig | None = None, target_lang: str | None = None,
+                  alignments: bool | str = False, alignment_layer: int | None = None) -> list:
         """Translate ``sentences`` (one per item); results come back in input order.
 
         Returns ``list[str]``; with ``nbest > 1`` a list of n-best lists; with
@@ -167,6 +170,10 @@ class Translator:
         risk (:mod:`~transduce.decode.mbr`) instead of taking the first; ``rerank`` picks it by the
         direct score plus the channel model's (:mod:`~transduce.decode.rerank`). ``target_lang`` chooses a
         multilingual model's target language (its ``>>code<<`` token; :attr:`target_languages` lists them).
+        ``alignments``
+        returns :class:`Translation` objects whose ``alignment`` holds word pairs from the
+        encoder–decoder attention of decoder layer ``alignment_layer`` (:mod:`~transduce.decode.align`;
+        ``alignments="cover"`` also aligns each source word no target word chose).
         """
         if beam < 1:
             raise ValueError(f"beam must be at least 1, got {beam}")
@@ -196,7 +203,15 @@ class Translator:
             channel = self.channel_scores(sources, results, batch_tokens)
             results = [[hyps[rerank_.choose(hyps, c, rerank.weight)]] for hyps, c in zip(results, channel)]
             nbest = 1
-        out = [[self._wrap(h, return_scores) for h in hyps] for hyps in results]
+        out = [[self._wrap(h, return_scores or alignments) for h in hyps] for hyps in results]
+        if alignments:
+            from .align import align
+
+            flat = [(n, t) for n, hyps in enumerate(out) for t in hyps]
+            pairs = align(self, [sources[n] for n, _ in flat], [t.tokens for _, t in flat], alignment_layer,
+                          batch_tokens, cover=alignments == "cover")
+            for (_, t), a in zip(flat, pairs):
+                t.alignment = a
         return [o[0] for o in out] if nbest == 1 else out
 
     def search(self, sources: list[list[int] | None], beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,

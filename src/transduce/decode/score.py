@@ -1,0 +1,65 @@
+"""``transduce score``: the model's log-probability of given translations, one line per pair.
+
+    transduce score --model DIR --source src.en --target hyp.de [--normalize] > scores.txt
+
+Each output line is ``log p(y | x)`` in nats: the teacher-forced sum over the target's subwords and
+its eos, as fairseq's ``--score-reference`` and CTranslate2's ``score_batch`` compute it; with
+``--normalize`` divided by that token count. In Python: :func:`score`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from ..model import Transformer
+from .rerank import sequence_logprobs
+
+
+def score(translator, sources: list[str], targets: list[str], normalize: bool = False,
+          batch_tokens: int = 4096) -> list[float]:
+    """``log p(target | source)`` (nats, eos included) per pair, or per token with ``normalize``.
+    Inputs longer than the model's ``max_positions`` are an error naming the line (never truncated)."""
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} source lines but {len(targets)} target lines")
+    model = translator.model
+    if not isinstance(model, Transformer):
+        raise ValueError("scoring needs a single PyTorch model: not an ensemble and not the --native step")
+    limit = translator.config.max_positions - 1
+    src = translator.vocabs.src.encode_batch(sources)
+    tgt = translator.vocabs.tgt.encode_batch(targets)
+    for n, (s, t) in enumerate(zip(src, tgt), 1):
+        if len(s) > limit or len(t) > limit:
+            side = "source" if len(s) > limit else "target"
+            raise ValueError(f"line {n}: the {side} has more than max_positions - 1 = {limit} tokens")
+    out = sequence_logprobs(model, list(zip(src, tgt)), batch_tokens, translator.device)
+    return [lp / (len(t) + 1) for lp, t in zip(out, tgt)] if normalize else out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory")
+    p.add_argument("--source", required=True, help="source sentences, one per line")
+    p.add_argument("--target", required=True, help="their translations, one per line")
+    p.add_argument("--normalize", action="store_true", help="divide by the target's token count (with eos)")
+    p.add_argument("--batch-tokens", type=int, default=4096)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1)
+
+
+def run(args) -> int:
+    from ..api import load
+    from .stream import decoded_lines
+
+    torch.set_num_threads(args.threads)
+    lines = []
+    for path in (args.source, args.target):
+        with open(path, "rb") as f:
+            lines.append([line.rstrip("\n").rstrip("\r") for line in decoded_lines(f, path)])
+    if len(lines[0]) != len(lines[1]):
+        raise ValueError(f"{args.source} has {len(lines[0])} lines but {args.target} has {len(lines[1])}")
+    translator = load(args.model, args.device)
+    for value in score(translator, lines[0], lines[1], args.normalize, args.batch_tokens):
+        sys.stdout.write(f"{value:.4f}\n")
+    return 0

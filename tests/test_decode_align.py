@@ -1,0 +1,88 @@
+"""Word alignments, document mode, HTML and streaming with the real test model and the CLI."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from transduce.cli import main
+from transduce.decode.align import align_pieces, pharaoh, word_of_pieces
+from transduce.decode.document import reassemble, sentences, split_text, translate_document
+from transduce.decode.markup import parse, translate_html
+
+SENTENCES = ["A dog runs in the park.", "Two men are sitting on a bench.", "A woman is cooking."]
+PHARAOH = re.compile(r"^(\d+-\d+( \d+-\d+)*)?$")
+
+
+def test_word_of_pieces_follows_the_space_marks():
+    assert word_of_pieces(["▁A", "▁do", "g", ".", "▁", "(", "x", ")"]) == [0, 1, 1, 1, None, 2, 2, 2]
+
+
+def test_align_pieces_takes_the_argmax_source_word_per_target_piece():
+    import torch
+
+    weights = torch.tensor([[0.1, 0.8, 0.1], [0.7, 0.2, 0.1], [0.2, 0.2, 0.6]])  # (T + 1, S): 2 pieces + eos
+    assert align_pieces(weights, [0, 1], [0, 1]) == [(1, 0), (0, 1)]
+    assert pharaoh([(1, 0), (0, 1)]) == "1-0 0-1"
+
+
+def test_alignments_in_the_api_index_real_words(tiny_translator):
+    out = tiny_translator.translate(SENTENCES, alignments=True)
+    for src, t in zip(SENTENCES, out):
+        assert t.alignment, t
+        assert all(0 <= i < len(src.split()) and 0 <= j < len(t.text.split()) for i, j in t.alignment)
+        assert {j for _, j in t.alignment} == set(range(len(t.text.split())))  # every target word aligned
+    assert [t.text for t in out] == tiny_translator.translate(SENTENCES)  # alignments change no translation
+
+
+def test_alignments_cli_format(tiny_model_dir, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(SENTENCES + [""]) + "\n")
+    assert main(["translate", "--model", str(tiny_model_dir), "--alignments", str(src)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4
+    for line in lines:
+        text, links = line.split(" ||| ")
+        assert PHARAOH.match(links), line
+    assert lines[-1] == " ||| "
+
+
+def test_document_mode_equals_line_mode_on_the_same_sentences(tiny_translator, tiny_model_dir, tmp_path, capsys):
+    text = "  " + " ".join(SENTENCES[:2]) + "\n\n\n" + SENTENCES[2] + "  \n"
+    pieces = split_text(text, "en")
+    expected = reassemble(pieces, tiny_translator.translate(sentences(pieces)))
+    assert translate_document(tiny_translator, text) == expected
+    path = tmp_path / "doc.txt"
+    path.write_text(text)
+    assert main(["translate", "--model", str(tiny_model_dir), "--document", "--chunk", "1", str(path)]) == 0
+    got = capsys.readouterr().out
+    assert got == expected and got.startswith("  ") and "\n\n\n" in got and got.endswith("  \n")
+
+
+def test_stream_chunk_size_does_not_change_line_mode(tiny_model_dir, tmp_path, capsys):
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(SENTENCES * 3) + "\n")
+    outs = []
+    for chunk in ("1", "4", "1000"):
+        assert main(["translate", "--model", str(tiny_model_dir), "--chunk", chunk, str(path)]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] == outs[2] and len(outs[0].splitlines()) == 9
+
+
+def test_html_with_the_model_keeps_every_tag(tiny_translator):
+    snippet = ('<p>A <b>dog</b> runs in the <a href="/park?a=1&amp;b=2">park</a>.</p>'
+               '<p><i>Two men</i> are sitting on a bench.<br/>A woman &amp; a man.</p>')
+    out = translate_html(tiny_translator, snippet)
+    parse(out)  # well-formed
+    assert Counter(re.findall(r"<[^>]+>", out)) == Counter(re.findall(r"<[^>]+>", snippet))
+
+
+@pytest.mark.parametrize("flags", [["--format", "html", "--native"], ["--alignments", "--native"],
+                                   ["--document", "--nbest", "2"], ["--format", "html", "--scores"]])
+def test_unsupported_combinations_are_errors(tiny_model_dir, tmp_path, capsys, flags):
+    path = tmp_path / "in.txt"
+    path.write_text("A dog.\n")
+    assert main(["translate", "--model", str(tiny_model_dir), *flags, str(path)]) == 2
+    assert "error" in capsys.readouterr().err
