@@ -106,8 +106,7 @@ def test_cli_native_flag(tiny_model_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("overrides, reason", [(dict(attention="additive"), "additive"),
-                                               (dict(attention_window=3), "attention_window"),
-                                               (dict(activation="geglu"), "geglu")])
+                                               (dict(attention_window=3), "attention_window")])
 def test_unsupported_configs_are_named(overrides, reason):
     model = _random_model(**overrides)
     assert reason in native.supports(model)

@@ -116,24 +116,6 @@ def test_linear_schedule_decays_to_zero_at_the_end_of_the_step_budget(data_dir, 
     assert lrs[-1] == pytest.approx(3e-3 * 0.1) and all(a > b for a, b in zip(lrs[1:], lrs[2:]))
 
 
-def test_dropout_ramp_follows_the_budget_and_controls_every_residual_dropout(data_dir, tmp_path, capsys):
-    # A ramp from 0 to 0 must train exactly as a model without residual dropout: no dropout escapes it.
-    plain = write_config(tmp_path / "plain.toml", data_dir, tmp_path / "plain", max_steps=6, save_every_steps=1000)
-    train_in_process(plain, overrides=["model.dropout=0.0"])
-    ramped = write_config(tmp_path / "ramp.toml", data_dir, tmp_path / "ramp", max_steps=6, save_every_steps=1000,
-                          dropout_ramp=[0.0, 0.0])
-    train_in_process(ramped, overrides=["model.dropout=0.3"])
-    a = load_file(str(tmp_path / "plain" / "model" / "model.safetensors"))
-    b = load_file(str(tmp_path / "ramp" / "model" / "model.safetensors"))
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    # 0.1 -> 0.5 over 10 updates: the 10th update runs at progress 9/10
-    rising = write_config(tmp_path / "rise.toml", data_dir, tmp_path / "rise", max_steps=10, save_every_steps=1000,
-                          dropout_ramp=[0.1, 0.5])
-    trainer = train_in_process(rising)
-    assert [m.p for m in trainer.ramp.modules] == pytest.approx([0.1 + 0.4 * 9 / 10] * 12)
-    assert "residual dropout ramps 0.1 -> 0.5 over the budget" in capsys.readouterr().out
-
-
 def test_sigkill_and_resume_is_bit_identical(data_dir, tmp_path):
     reference = write_config(tmp_path / "ref.toml", data_dir, tmp_path / "ref")
     train_in_process(reference)
@@ -241,22 +223,6 @@ def test_resume_refuses_a_changed_model_config(data_dir, tmp_path, capsys):
     assert cli_main(["train", str(config), "--resume", "--set", "model.d_ff=128"]) == 2
     err = capsys.readouterr().err
     assert "d_ff = 128 (checkpoint: 256)" in err and "step_00000002" in err
-
-
-def test_bpe_dropout_trains_and_a_resumed_run_finishes_the_epoch_on_the_stored_segmentation(
-        data_dir, tmp_path, monkeypatch, capsys):
-    from transduce.data.subword_dropout import SampledSplit
-
-    straight = write_config(tmp_path / "a.toml", data_dir, tmp_path / "a", subword_dropout=0.1)
-    train_in_process(straight)
-    assert "BPE-dropout" in "".join(capsys.readouterr())
-    assert (tmp_path / "a/checkpoints/step_00000008/subwords.safetensors").is_file()
-    split = write_config(tmp_path / "b.toml", data_dir, tmp_path / "b", subword_dropout=0.1, max_steps=4)
-    train_in_process(split)
-    monkeypatch.setattr(SampledSplit, "sample", lambda *a, **k: pytest.fail("epoch 1 was sampled again"))
-    train_in_process(split, resume=True, overrides=["max_steps=8"])
-    ref, got = (load_file(str(tmp_path / run / "checkpoints/step_00000008/model.safetensors")) for run in "ab")
-    assert all(torch.equal(ref[k], got[k]) for k in ref)
 
 
 def test_the_training_bench_times_a_preset_with_model_keys_over_it(data_dir, capsys):

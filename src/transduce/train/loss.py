@@ -177,8 +177,8 @@ def _rdrop_block(z1: Tensor, z2: Tensor, ys: Tensor, epsilon: float, pad_id: int
 class ProjectedPairLoss(torch.autograd.Function):
     """:func:`rdrop_loss` (the readable reference) fused with the pre-softmax projection as in
     :class:`ProjectedSmoothedCrossEntropy`, for two copies of the same N positions: hidden states ``h1``,
-    ``h2`` (N, d), each with its own projection ``w1``, ``w2`` (V, d) (R-Drop passes the same one twice;
-    mutual learning, each peer's). Each block of ``rows`` positions makes both copies' logits, turns them
+    ``h2`` (N, d), each with its own projection ``w1``, ``w2`` (V, d) (R-Drop passes the same one twice).
+    Each block of ``rows`` positions makes both copies' logits, turns them
     into the loss and its closed-form gradient while in cache, and only the two (N, V) gradients are
     written out. Returns (loss_sum, nll_sum) over the 2N rows, as :func:`rdrop_loss`.
     """
