@@ -40,7 +40,7 @@ def make(data_dir, optimizer: str, rank: int, world: int):
            else build_optimizer(model.named_parameters(), TrainConfig(data="d", out="o", optimizer=optimizer),
                            Dist(rank, world)))
     stepper = Stepper(model, opt, Schedule("inverse_sqrt", 1, peak_lr=1.0 if optimizer == "sgd" else 1e-3),
-                      device=torch.device("cpu"), dtype="fp32", label_smoothing=0.1, ctx=Dist(rank, world))
+                      device=torch.device("cpu"), dtype="fp32", ctx=Dist(rank, world))
     batches = TokenBatches(data.split("train"), 400, seed=3, world_size=2).indices(1)  # the 2-rank plan
     return model, stepper, batches, TokenBatches(data.split("train"), 400, seed=3)
 

@@ -1,19 +1,17 @@
-"""R-Drop (train.rdrop_alpha) and the training dtype "auto"."""
+"""R-Drop (train.rdrop_alpha, train/rdrop.py) and the training dtype "auto"."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from transduce.config import ConfigError
 from transduce.model import ModelConfig, Transformer
 from transduce.train import step as step_module
-from transduce.train.config import load_config
-from transduce.train.loss import ProjectedPairLoss, ProjectedSmoothedCrossEntropy, projected_rdrop_loss, rdrop_loss
+from transduce.train.loss import ProjectedSmoothedCrossEntropy, SmoothedLoss
+from transduce.train.rdrop import RDrop, projected_rdrop_loss, rdrop_loss
 from transduce.train.schedule import Schedule
 from transduce.train.step import Stepper, resolve_dtype
 
-from test_train_run import data_dir, train_in_process, write_config  # noqa: F401
 
 
 def _inputs(seed=0, n=37, d=16, v=50):
@@ -59,7 +57,7 @@ def _stepper(alpha: float, dropout: float):
     model = Transformer(cfg).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     return model, Stepper(model, opt, Schedule("inverse_sqrt", 1, peak_lr=0.1), device=torch.device("cpu"),
-                          rdrop_alpha=alpha)
+                          objective=RDrop(0.1, alpha) if alpha > 0 else SmoothedLoss(0.1))
 
 
 class _Batch:

@@ -223,19 +223,3 @@ def test_resume_refuses_a_changed_model_config(data_dir, tmp_path, capsys):
     assert cli_main(["train", str(config), "--resume", "--set", "model.d_ff=128"]) == 2
     err = capsys.readouterr().err
     assert "d_ff = 128 (checkpoint: 256)" in err and "step_00000002" in err
-
-
-def test_the_training_bench_times_a_preset_with_model_keys_over_it(data_dir, capsys):
-    from transduce.config import ConfigError
-    from transduce.train import bench
-
-    threads = torch.get_num_threads()
-    try:
-        bench.main([str(data_dir), "--preset", "tiny", "--set", "d_model=32", "--set", "model.d_ff=48",
-                    "--dtype", "fp32", "--threads", "1", "--max-tokens", "300", "--steps", "2", "--warmup", "1"])
-        line = capsys.readouterr().out.strip().splitlines()[-1]
-        assert line.startswith("tiny d_model=32 d_ff=48 fp32 threads=1") and "2 updates" in line
-        with pytest.raises(ConfigError, match="d_modle"):
-            bench.main([str(data_dir), "--preset", "tiny", "--set", "d_modle=32"])
-    finally:
-        torch.set_num_threads(threads)

@@ -1,4 +1,5 @@
-"""One optimizer update: forward/backward over ``update_freq`` batches, then Adam (§5.3, §5.4).
+"""One optimizer update (§5.3, §5.4): forward over ``update_freq`` batches, the training objective
+(label-smoothed cross-entropy, or R-Drop's), backward, then the optimizer at the schedule's learning rate.
 
 Gradients are those of the **summed** label-smoothed loss divided by the update's **global** target-token
 count (all micro-batches, all ranks). DistributedDataParallel averages gradients over ranks, so each rank
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 
 from .distributed import Dist, all_sum, wrap
-from .loss import ProjectedSmoothedCrossEntropy, projected_rdrop_loss
+from .loss import SmoothedLoss
 from .schedule import Schedule, set_lr
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -86,62 +87,51 @@ def autocast(device: torch.device, dtype: str):
 
 
 class TrainingLoss(nn.Module):
-    """The model plus the loss, one module so DistributedDataParallel sees the whole forward.
+    """The model plus its training objective, one module so DistributedDataParallel sees the whole forward.
 
-    Only non-padding decoder positions go through the pre-softmax projection (``Transformer.hidden``),
-    which saves the largest matmul and softmax on padding; the projection and the loss are one block-wise
-    function (:mod:`~transduce.train.loss`), so the (N, V) logits are never stored.
-    Returns (smoothed_sum, nll_sum, tokens), tokens counting each copy of a position.
-
-    With ``rdrop_alpha`` > 0 (R-Drop) every position is scored twice, the model run twice under independent
-    dropout masks; the loss is both copies' smoothed losses plus α times their symmetric KL
-    (:class:`~transduce.train.loss.ProjectedPairLoss`).
+    ``objective`` is :class:`~transduce.train.loss.SmoothedLoss` (the paper's) or another with its interface
+    (:class:`~transduce.train.rdrop.RDrop`): the batch goes through the model ``objective.copies`` times in
+    one forward, each copy under its own dropout masks. Only non-padding decoder positions reach the
+    pre-softmax projection (``Transformer.hidden``), which saves the largest matmul and softmax on padding;
+    the objective projects them block by block, so the (N, V) logits are never stored.
+    Returns (loss_sum, nll_sum, tokens), tokens counting each copy of a position.
     """
 
-    def __init__(self, model: nn.Module, device: torch.device, dtype: str, epsilon: float, pad_id: int,
-                 kernel: str = "auto", rdrop_alpha: float = 0.0):
+    def __init__(self, model: nn.Module, objective, device: torch.device, dtype: str, kernel: str = "auto"):
         super().__init__()
-        self.model, self.device, self.dtype, self.epsilon, self.pad_id = model, device, dtype, epsilon, pad_id
-        self.kernel, self.rdrop_alpha = kernel, rdrop_alpha
+        self.model, self.objective, self.device, self.dtype, self.kernel = model, objective, device, dtype, kernel
 
     @property
     def copies(self) -> int:
-        """How many times each target token is counted: 2 under R-Drop while training."""
-        return 2 if self.rdrop_alpha > 0 and self.model.training else 1
+        """How many times each target token is counted (R-Drop: 2)."""
+        return self.objective.copies
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor):
-        labels = tgt[:, 1:]  # (B, T-1)
-        keep = labels != self.pad_id  # (B, T-1)
-        rdrop = self.copies == 2
-        if rdrop:  # R-Drop: every sentence twice in one batch, under independent dropout masks
-            src, tgt = torch.cat([src, src]), torch.cat([tgt, tgt])  # (2B, S), (2B, T)
+        copies, labels = self.copies, tgt[:, 1:]  # labels (B, T-1)
+        keep = labels != self.objective.pad_id  # (B, T-1)
+        src, tgt = src.repeat(copies, 1), tgt.repeat(copies, 1)  # (copies·B, S), (copies·B, T)
         with autocast(self.device, self.dtype), attention_kernel(self.device, self.kernel):
             h = self.model.hidden(src, tgt[:, :-1])  # (copies·B, T-1, d_model)
+        states = h.unflatten(0, (copies, -1))[:, keep].flatten(0, 1)  # (copies·N, d_model), copy by copy
         rows = 64 if self.device.type == "cpu" else 8192  # CPU: blocks that stay in cache; GPU: few launches
-        dtype, y = AUTOCAST.get(self.dtype, torch.float32), labels[keep]
-        if rdrop:
-            b = labels.size(0)
-            states = torch.cat([h[:b][keep], h[b:][keep]])  # (2N, d_model): copy 1's positions, then copy 2's
-            loss, nll = projected_rdrop_loss(states, self.model.generator.weight, y, float(self.epsilon),
-                                             self.pad_id, float(self.rdrop_alpha), dtype, rows // 2)
-            return loss, nll.detach(), 2 * int(keep.sum())
-        loss, nll = ProjectedSmoothedCrossEntropy.apply(h[keep], self.model.generator.weight, y,
-                                                        float(self.epsilon), self.pad_id, dtype, rows)
-        return loss, nll.detach(), int(keep.sum())
+        loss, nll = self.objective(states, self.model.generator.weight, labels[keep],
+                                   AUTOCAST.get(self.dtype, torch.float32), rows)
+        return loss, nll.detach(), copies * int(keep.sum())
 
 
 class Stepper:
-    """Runs updates on a Transformer with ``optimizer``; the step number is the caller's.
+    """Runs updates on a Transformer with ``optimizer`` and ``objective`` (default: label smoothing 0.1,
+    pad id 0); the step number is the caller's.
 
     With several ranks the model and its loss are wrapped in DistributedDataParallel here.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *,
-                 device: torch.device, dtype: str = "fp32", label_smoothing: float = 0.1, pad_id: int = 0,
-                 clip_norm: float = 0.0, ctx: Dist = Dist(), kernel: str = "auto", rdrop_alpha: float = 0.0):
+                 device: torch.device, objective=None, dtype: str = "fp32", clip_norm: float = 0.0,
+                 ctx: Dist = Dist(), kernel: str = "auto"):
         if dtype == "fp16" and device.type != "cuda":
             raise ValueError("key 'dtype': 'fp16' needs a CUDA device (use 'bf16' on CPU)")
-        self.loss = TrainingLoss(model, device, dtype, label_smoothing, pad_id, kernel, rdrop_alpha)
+        self.loss = TrainingLoss(model, objective or SmoothedLoss(0.1), device, dtype, kernel)
         self.model = wrap(self.loss, ctx, device)
         self.optimizer, self.schedule = optimizer, schedule
         self.device, self.dtype, self.ctx, self.clip_norm = device, dtype, ctx, clip_norm

@@ -1,4 +1,7 @@
-"""The training loop: updates, validation, checkpoints, stopping; the run directory it fills.
+"""The training loop (:meth:`Trainer.train`), read top to bottom as the paper's recipe: batches of about
+``max_tokens`` target tokens (§5.1) -> forward and the label-smoothed loss (§5.4; R-Drop's with
+``rdrop_alpha``) -> the optimizer at the schedule's learning rate (§5.3) -> the weight EMA (``ema_decay``)
+-> validation -> checkpoints; then the final model. The run directory it fills:
 
     RUN_DIR/config.toml        the resolved [train] and [model] tables
     RUN_DIR/vocab/             the data's vocabularies (so `transduce average` needs nothing else)
@@ -37,12 +40,21 @@ from .distributed import Dist, all_sum, setup, teardown
 from .dropout import use_fast_dropout
 from .ema import WeightEMA
 from .log import RunLog
+from .loss import SmoothedLoss
 from .optim import build_optimizer
+from .rdrop import RDrop
 from .schedule import Schedule
 from .step import Stepper, UpdateStats, resolve_dtype
 from .validate import bleu_hook, valid_loss
 
 EMA_MODEL = "ema-model"  # RUN_DIR/ema-model: the moving average of the weights (train.ema_decay)
+
+
+def training_objective(cfg: TrainConfig, model_cfg: ModelConfig) -> SmoothedLoss | RDrop:
+    """The loss the step minimises: label-smoothed cross-entropy (§5.4), or R-Drop's with ``rdrop_alpha``."""
+    if cfg.rdrop_alpha > 0:
+        return RDrop(model_cfg.label_smoothing, cfg.rdrop_alpha, model_cfg.pad_id)
+    return SmoothedLoss(model_cfg.label_smoothing, model_cfg.pad_id)
 
 
 class TrainingStopped(ValueError):
@@ -79,10 +91,9 @@ class Trainer:
         self.ema = WeightEMA(self.model, cfg.ema_decay, cfg.ema_start or cfg.warmup) \
             if cfg.ema_decay > 0 and self.ctx.is_main else None
         schedule = Schedule(cfg.schedule, cfg.warmup, model_cfg.d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr)
-        self.stepper = Stepper(self.model, self.optimizer, schedule,
-                               device=self.device, dtype=cfg.dtype, label_smoothing=model_cfg.label_smoothing,
-                               pad_id=model_cfg.pad_id, clip_norm=cfg.clip_norm, ctx=self.ctx,
-                               kernel=cfg.attention_kernel, rdrop_alpha=cfg.rdrop_alpha)
+        self.stepper = Stepper(self.model, self.optimizer, schedule, objective=training_objective(cfg, model_cfg),
+                               device=self.device, dtype=cfg.dtype, clip_norm=cfg.clip_norm, ctx=self.ctx,
+                               kernel=cfg.attention_kernel)
         self.batches = TokenBatches(data.split(cfg.train_split), cfg.max_tokens, seed=cfg.seed, shuffle=True,
                                     rank=self.ctx.rank, world_size=self.ctx.world_size)
         self.valid = data.split(cfg.valid_split) if has_split(data, cfg.valid_split) else None
@@ -174,29 +185,19 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def train(self) -> Path:
-        cfg, main = self.cfg, self.ctx.is_main
-        log = RunLog(self.run_dir, main, cfg.max_steps, self.step, cfg.log_every, cfg.tensorboard,
-                     None if cfg.max_minutes is None else 60 * cfg.max_minutes - self.elapsed)
-        if self.resumed_from is not None:
-            log.message(f"resumed from {self.resumed_from} (step {self.step}, epoch {self.epoch})")
-        elif self.resume_requested:
-            log.message(f"--resume: no checkpoint in {self.ckpt_dir}, starting from step 0")
-        bleu = bleu_hook(self.valid, self.data.vocabs, cfg.bleu_sentences, cfg.bleu_beam, self.device) \
-            if self.valid is not None and main else None
-        if self.valid is None:
-            log.message(f"no split {cfg.valid_split!r} in {cfg.data}: no validation; the final model is the last")
-        elif bleu is None and cfg.bleu_sentences > 0:
-            log.message("validation: loss and perplexity only (no translator in transduce.decode yet); "
-                        "best checkpoint by validation loss")
+        """Train until a budget (steps, epochs, minutes, patience) or a signal stops it; return RUN_DIR/model."""
+        cfg = self.cfg
+        log, bleu = self._open_log()
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         start, last_save = time.perf_counter() - self.elapsed, time.perf_counter()
         saved_step, finished = self.step, False
         try:
             while self.step < cfg.max_steps and self.stop_reason is None:
-                batches = self.next_batches()
+                batches = self.next_batches()  # update_freq batches of ~max_tokens target tokens (§5.1)
                 if batches is None:
                     self.stop_reason = f"max_epochs={cfg.max_epochs} reached"
                     break
+                # forward, the training objective, backward, the optimizer at the schedule's rate (§5.3, §5.4)
                 stats = self.stepper.update(batches, self.step + 1, self.progress())
                 if not self._account(stats, log):
                     continue
@@ -213,9 +214,7 @@ class Trainer:
                 last = self.stop_reason is not None or self.step >= cfg.max_steps
                 if last:  # the last weights compete for "best" too, however far from a validation
                     self._validate_last(log, bleu)
-                due = (cfg.save_every_steps is not None and self.step % cfg.save_every_steps == 0) or \
-                      (cfg.save_every_minutes is not None and time.perf_counter() - last_save >= 60 * cfg.save_every_minutes)
-                if due or last:
+                if last or self._checkpoint_due(last_save):
                     self.save()
                     saved_step, last_save = self.step, time.perf_counter()
             if self.step != saved_step:
@@ -230,6 +229,30 @@ class Trainer:
             log.close()
             self.stepper.close()
             teardown(self.ctx, together=finished)
+
+    def _open_log(self) -> tuple[RunLog, Any]:
+        """The run's log, with what a reader needs first, and the validation BLEU function (or None)."""
+        cfg, main = self.cfg, self.ctx.is_main
+        log = RunLog(self.run_dir, main, cfg.max_steps, self.step, cfg.log_every, cfg.tensorboard,
+                     None if cfg.max_minutes is None else 60 * cfg.max_minutes - self.elapsed)
+        if self.resumed_from is not None:
+            log.message(f"resumed from {self.resumed_from} (step {self.step}, epoch {self.epoch})")
+        elif self.resume_requested:
+            log.message(f"--resume: no checkpoint in {self.ckpt_dir}, starting from step 0")
+        bleu = bleu_hook(self.valid, self.data.vocabs, cfg.bleu_sentences, cfg.bleu_beam, self.device) \
+            if self.valid is not None and main else None
+        if self.valid is None:
+            log.message(f"no split {cfg.valid_split!r} in {cfg.data}: no validation; the final model is the last")
+        elif bleu is None and cfg.bleu_sentences > 0:
+            log.message("validation: loss and perplexity only (no translator in transduce.decode yet); "
+                        "best checkpoint by validation loss")
+        return log, bleu
+
+    def _checkpoint_due(self, last_save: float) -> bool:
+        """Every ``save_every_steps`` updates, and every ``save_every_minutes`` (the paper: 10 minutes)."""
+        cfg = self.cfg
+        return (cfg.save_every_steps is not None and self.step % cfg.save_every_steps == 0) or \
+            (cfg.save_every_minutes is not None and time.perf_counter() - last_save >= 60 * cfg.save_every_minutes)
 
     def _on_signal(self, signum, _frame) -> None:
         self.stop_reason = f"{signal.Signals(signum).name} received"
@@ -279,8 +302,8 @@ class Trainer:
         if not self.ctx.is_main:
             return
         vb = TokenBatches(self.valid, self.cfg.max_tokens, shuffle=False)
-        values = valid_loss(self.model, vb.epoch(0), self.device, self.cfg.dtype, self.model_cfg.label_smoothing,
-                            self.model_cfg.pad_id, self.cfg.attention_kernel)
+        values = valid_loss(self.model, vb.epoch(0), self.device, self.cfg.dtype,
+                            SmoothedLoss(self.model_cfg.label_smoothing, self.model_cfg.pad_id), self.cfg.attention_kernel)
         if bleu is not None:
             values["valid_bleu"] = bleu(self.model)
         metric = "valid_bleu" if "valid_bleu" in values else "valid_loss"
@@ -318,19 +341,12 @@ class Trainer:
         return out
 
     def _save_ema_model(self, meta: dict[str, Any], log: RunLog) -> None:
-        """RUN_DIR/ema-model: the moving average at the last update (train.ema_decay); without one, a stale
-        copy from an earlier run in this directory goes, so that the recipe never scores it."""
+        """RUN_DIR/ema-model: the moving average at the last update (train.ema_decay). A stale copy from an
+        earlier run in this directory goes first, so that the recipe never scores it."""
         out = self.run_dir / EMA_MODEL
-        if self.ema is None or self.ema.updates == 0:
-            shutil.rmtree(out, ignore_errors=True)
-            if self.ema is not None:
-                log.message(f"no moving average to save: training stopped at update {self.step}, before "
-                            f"ema_start ({self.ema.start})")
-            return
-        first = self.step - self.ema.updates + 1
-        save_model_dir(out, self.ema.model, self.data.vocabs,
-                       {**meta, "weights": f"moving average (decay {self.ema.decay}) of updates {first}-{self.step}"})
-        log.message(f"moving average of updates {first}-{self.step} (decay {self.ema.decay}): {out}")
+        shutil.rmtree(out, ignore_errors=True)
+        if self.ema is not None:
+            log.message(self.ema.save_model(out, self.data.vocabs, meta, self.step))
 
 
 def write_run_header(cfg: TrainConfig, model_cfg: ModelConfig, vocabs) -> None:
