@@ -1,4 +1,4 @@
-"""The recipe end to end on a small Multi30k slice: prepare → train → average → choose on valid → test,
+"""The recipe end to end on a Multi30k-shaped directory of the shipped corpus (en-fr): prepare → train → average → choose on valid → test,
 in-process and under torchrun with two processes (gloo)."""
 
 from __future__ import annotations
@@ -9,21 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_multi30k
+from conftest import read_corpus
 from transduce.config import ConfigError
 from transduce.recipe import load_recipe, run_recipe
 
 SIZES = {"train": 1500, "val": 60, "test_2016_flickr": 40}
+SPLITS = {"train": "train", "val": "valid", "test_2016_flickr": "test"}  # Multi30k's file names -> the corpus's
 
 
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory) -> Path:
-    """A Multi30k-shaped directory holding the first lines of each real file."""
+    """A Multi30k-shaped directory (its file names) holding the first lines of the shipped corpus's splits."""
     root = tmp_path_factory.mktemp("m30k-raw")
     for split, n in SIZES.items():
-        for lang in ("en", "de"):
+        for lang in ("en", "fr"):
             with gzip.open(root / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
-                f.write("\n".join(read_multi30k(split, lang, n)) + "\n")
+                f.write("\n".join(read_corpus(SPLITS[split], lang, n)) + "\n")
     return root
 
 
@@ -34,6 +35,7 @@ out = "{out}"
 processes = {processes}
 [prepare]
 corpus = "multi30k"
+tgt = "fr"
 raw = "{raw}"
 vocab_size = 400
 [model]

@@ -1,4 +1,4 @@
-"""Training on a real Multi30k slice: the loss falls, a SIGKILLed run resumes bit-identically,
+"""Training on a slice of the shipped corpus (tests/data): the loss falls, a SIGKILLed run resumes bit-identically,
 checkpoint averaging is the tensor mean, the run directory holds a loadable model directory."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import read_multi30k
+from conftest import read_corpus
 from transduce.cli import main as cli_main
 from transduce.data import PreparedData
 from transduce.modeldir import load_model_dir
@@ -30,13 +30,13 @@ PAIRS, VALID = 2000, 100
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("m30k")
-    for split, name, n in (("train", "train", PAIRS), ("val", "valid", VALID)):
-        for lang in ("en", "de"):
-            (root / f"{name}.{lang}").write_text("\n".join(read_multi30k(split, lang, n)) + "\n")
-    assert cli_main(["prepare", "files", "--src-file", str(root / "train.en"), "--tgt-file", str(root / "train.de"),
-                     "--valid-src-file", str(root / "valid.en"), "--valid-tgt-file", str(root / "valid.de"),
-                     "--src-lang", "en", "--tgt-lang", "de", "--vocab-size", "500", "--out", str(root / "data")]) == 0
+    root = tmp_path_factory.mktemp("corpus")
+    for name, n in (("train", PAIRS), ("valid", VALID)):
+        for lang in ("en", "fr"):
+            (root / f"{name}.{lang}").write_text("\n".join(read_corpus(name, lang, n)) + "\n")
+    assert cli_main(["prepare", "files", "--src-file", str(root / "train.en"), "--tgt-file", str(root / "train.fr"),
+                     "--valid-src-file", str(root / "valid.en"), "--valid-tgt-file", str(root / "valid.fr"),
+                     "--src-lang", "en", "--tgt-lang", "fr", "--vocab-size", "500", "--out", str(root / "data")]) == 0
     return root / "data"
 
 
