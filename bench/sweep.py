@@ -1,6 +1,6 @@
 """Run several variants of one recipe side by side and tabulate their scores.
 
-    python bench/sweep.py configs/multi30k-en-de.toml bench/sweeps/multi30k-gpu.toml --out runs/sweep
+    python bench/sweep.py configs/multi30k-en-de.toml SWEEP.toml --out runs/sweep
 
 The sweep file has a [common] table of ``--set`` overrides for every variant and one [variants.NAME]
 table each (its own overrides, merged over common):
@@ -13,7 +13,7 @@ table each (its own overrides, merged over common):
 
 Each variant is one ``transduce recipe`` process (``OUT/NAME/log.txt``), at most ``--parallel`` at a time.
 Used on a GPU machine to compare recipes by update count, where a CPU hour allows one run: the CPU run of
-the winner is what counts (issue 6), not these figures. Writes ``OUT/summary.md`` and ``OUT/summary.json``.
+the winner is what counts, not these figures. Writes ``OUT/summary.md`` and ``OUT/summary.json``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Load test for ``transduce serve``: throughput and latency, batched vs one request at a time.
 
-    python -m transduce.serve.bench --model DIR --sentences FILE [--clients 8] [--requests 10] [--beam 4]
+    python bench/serve_load.py --model DIR --sentences FILE [--clients 8] [--requests 10] [--beam 4]
 
 Starts ``transduce serve`` twice as a subprocess on 127.0.0.1 (dynamic batching on, then
 ``--max-batch-requests 1``), sends ``clients`` × ``requests`` one-sentence requests from
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = {"batched": [], "one-at-a-time": ["--max-batch-requests", "1", "--wait-ms", "0"]}
     import torch
 
-    from ..api import load
+    from transduce.api import load
 
     torch.set_num_threads(args.threads)
     jobs = [texts[(c * args.requests + r) % len(texts)] for c in range(args.clients) for r in range(args.requests)]
