@@ -77,7 +77,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if getattr(r, "longrepr", None)]
     if not skipped:
         return
-    terminalreporter.section(f"{len(skipped)} test{'s' * (len(skipped) != 1)} did not run", sep="!", yellow=True, bold=True)
+    heading = f"{len(skipped)} test{'s' * (len(skipped) != 1)} did not run"
+    terminalreporter.section(heading, sep="!", yellow=True, bold=True)
     for report in skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         terminalreporter.write_line(f"SKIPPED {report.nodeid}: {reason.removeprefix('Skipped: ')}", yellow=True)

@@ -302,8 +302,8 @@ class Trainer:
         if not self.ctx.is_main:
             return
         vb = TokenBatches(self.valid, self.cfg.max_tokens, shuffle=False)
-        values = valid_loss(self.model, vb.epoch(0), self.device, self.cfg.dtype,
-                            SmoothedLoss(self.model_cfg.label_smoothing, self.model_cfg.pad_id), self.cfg.attention_kernel)
+        objective = SmoothedLoss(self.model_cfg.label_smoothing, self.model_cfg.pad_id)
+        values = valid_loss(self.model, vb.epoch(0), self.device, self.cfg.dtype, objective, self.cfg.attention_kernel)
         if bleu is not None:
             values["valid_bleu"] = bleu(self.model)
         metric = "valid_bleu" if "valid_bleu" in values else "valid_loss"
