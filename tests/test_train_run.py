@@ -198,9 +198,9 @@ def test_average_is_the_tensor_mean_and_keep_last_prunes(data_dir, tmp_path):
 
 
 def test_nonfinite_losses_skip_updates_then_stop_with_a_message(data_dir, tmp_path, monkeypatch):
-    from transduce.train import step as step_module
+    from transduce.train import loss as loss_module
 
-    real = step_module.ProjectedSmoothedCrossEntropy
+    real = loss_module.ProjectedSmoothedCrossEntropy
 
     class NaNLoss:
         @staticmethod
@@ -208,7 +208,7 @@ def test_nonfinite_losses_skip_updates_then_stop_with_a_message(data_dir, tmp_pa
             loss, nll = real.apply(*args)
             return loss * float("nan"), nll
 
-    monkeypatch.setattr(step_module, "ProjectedSmoothedCrossEntropy", NaNLoss)
+    monkeypatch.setattr(loss_module, "ProjectedSmoothedCrossEntropy", NaNLoss)  # what SmoothedLoss calls
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_nonfinite=3)
     from transduce.train.trainer import TrainingStopped
 
