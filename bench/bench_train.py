@@ -52,8 +52,7 @@ class Trainer:
         self.step_no = 0
         d_model = model.config.d_model if hasattr(model, "config") else model.cfg.d_model
         opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9)
-        self.stepper = Stepper(model, opt, Schedule("rsqrt", warmup, d_model), device=CPU, dtype=dtype,
-                               label_smoothing=0.1)
+        self.stepper = Stepper(model, opt, Schedule("rsqrt", warmup, d_model), device=CPU, dtype=dtype)  # ε_ls 0.1
 
     def __call__(self, batch: Batch) -> float:
         """One update on ``batch``; returns the smoothed loss per target token."""

@@ -55,8 +55,7 @@ def user_step(model, dtype: str, pad_id: int = 0):
 
 def ours_step(model, dtype: str):
     opt = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, fused=True)  # as the trainer
-    stepper = Stepper(model, opt, Schedule("rsqrt", 4000, model.config.d_model), device=CPU, dtype=dtype,
-                      label_smoothing=0.1)
+    stepper = Stepper(model, opt, Schedule("rsqrt", 4000, model.config.d_model), device=CPU, dtype=dtype)  # ε_ls 0.1
     counter = iter(range(1, 10**9))
     return lambda batch: stepper.update([batch], next(counter)).loss
 

@@ -23,6 +23,7 @@ from transduce.data.batching import TokenBatches
 from transduce.model import ModelConfig, Transformer
 from transduce.train.distributed import setup, wrap
 from transduce.train.dropout import use_fast_dropout
+from transduce.train.rdrop import RDrop
 from transduce.train.schedule import Schedule
 from transduce.train.step import Stepper
 
@@ -43,7 +44,7 @@ def main() -> None:
     use_fast_dropout(model)
     opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=True)
     stepper = Stepper(model, opt, Schedule("rsqrt", 4000, cfg.d_model), device=torch.device("cpu"), dtype="bf16",
-                      label_smoothing=cfg.label_smoothing, rdrop_alpha=2.0, ctx=ctx)
+                      objective=RDrop(cfg.label_smoothing, 2.0), ctx=ctx)
     batches = TokenBatches(data.split("train"), 1024, seed=1, rank=ctx.rank, world_size=ctx.world_size).epoch(1)
     warm, timed = batches[:5], batches[5:5 + args.updates]
     ddp = nn.parallel.DistributedDataParallel

@@ -1,6 +1,6 @@
 """Run several variants of one recipe side by side and tabulate their scores.
 
-    python bench/sweep.py configs/multi30k-en-de.toml bench/sweeps/multi30k-gpu.toml --out runs/sweep
+    python bench/sweep.py configs/multi30k-en-de.toml SWEEP.toml --out runs/sweep
 
 The sweep file has a [common] table of ``--set`` overrides for every variant and one [variants.NAME]
 table each (its own overrides, merged over common):

@@ -1,12 +1,17 @@
-"""Shared test fixtures.
+"""Shared test fixtures and the corpus the tests train and translate on.
+
+The tests need nothing outside the repository: ``tests/data/bible-en-fr`` holds a small public-domain
+English–French corpus (World English Bible, Louis Segond 1910; see tests/data/README.md), read with
+:func:`read_corpus`. Tests about Multi30k itself read ``../shared/data/multi30k`` with
+:func:`read_multi30k`, which skips them when it is absent; every skipped test is then named, with its
+reason, in a section of the terminal summary (:func:`pytest_terminal_summary`), never skipped silently.
 
 ``tiny_model_dir`` (session scope): a model directory holding a ``tiny`` preset model trained for a
-fixed number of steps on the first 3,000 sentence pairs of real Multi30k en->de, with a shared
-SentencePiece vocabulary of 1,000 pieces. It is deterministic (fixed seed, one torch thread) and
-trained once per test session, shared by pytest-xdist workers through an fcntl lock. It translates
-badly but not randomly (short, fluent-ish German), which is what decoding, visualisation and
-serving tests need. Skipped with a reason when Multi30k is absent. About 40 s of one core when
-the machine is idle; set TRANSDUCE_TEST_CACHE=DIR to keep the model across test sessions
+fixed number of steps on the first 3,000 pairs of that corpus, en->fr, with a shared SentencePiece
+vocabulary of 1,000 pieces. It is deterministic (fixed seed, one torch thread) and trained once per test
+session, shared by pytest-xdist workers through an fcntl lock. It translates badly but not randomly
+(short, fluent-ish French), which is what decoding, visualisation and serving tests need. About 40 s of
+one core when the machine is idle; set TRANSDUCE_TEST_CACHE=DIR to keep the model across test sessions
 (delete DIR after changing this recipe).
 
 ``tiny_translator`` (session scope): that model loaded as a :class:`transduce.decode.translator.Translator`.
@@ -23,13 +28,16 @@ from pathlib import Path
 import pytest
 import torch
 
+CORPUS = Path(__file__).resolve().parent / "data" / "bible-en-fr"  # shipped: train / valid / test, en / fr
+SRC_LANG, TGT_LANG = "en", "fr"
 MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+NEEDS_MULTI30K = "needs Multi30k's full data"  # the start of every skip reason for its absence
 TINY_PAIRS = 3000
 TINY_VOCAB = 1000
 TINY_STEPS = 400
 TINY_BATCH = 64  # sentences per step
 TINY_SEED = 1
-TINY_MAX_POSITIONS = 128  # Multi30k sentences are far shorter; keeps overlong-input tests cheap
+TINY_MAX_POSITIONS = 128  # the corpus's verses are far shorter; keeps overlong-input tests cheap
 
 # `make test` runs two pytest-xdist workers on two cores: one intra-op thread each. Two threads per
 # worker oversubscribe the cores, and tiny models then run up to ~20x slower. Tests that need more
@@ -37,14 +45,43 @@ TINY_MAX_POSITIONS = 128  # Multi30k sentences are far shorter; keeps overlong-i
 torch.set_num_threads(1)
 
 
-def read_multi30k(split: str, lang: str, limit: int | None = None) -> list[str]:
-    """Lines of ``{split}.{lang}.gz`` from the shared Multi30k copy (skips the test if absent)."""
-    path = MULTI30K / f"{split}.{lang}.gz"
-    if not path.is_file():
-        pytest.skip(f"Multi30k not found at {path} (expected ../shared/data/multi30k next to the repo)")
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+def read_corpus(split: str, lang: str, limit: int | None = None) -> list[str]:
+    """The first ``limit`` lines of the shipped corpus: ``split`` in train / valid / test, ``lang`` en / fr."""
+    with gzip.open(CORPUS / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f]
     return lines[:limit] if limit is not None else lines
+
+
+def multi30k_missing() -> str | None:
+    """Why Multi30k's full data cannot be read here (a skip reason), or None when it can."""
+    if (MULTI30K / "train.en.gz").is_file():
+        return None
+    return f"{NEEDS_MULTI30K}: not found at {MULTI30K} (../shared/data/multi30k beside the repository)"
+
+
+needs_multi30k = pytest.mark.skipif(multi30k_missing() is not None, reason=multi30k_missing() or "")
+
+
+def read_multi30k(split: str, lang: str, limit: int | None = None) -> list[str]:
+    """Lines of ``{split}.{lang}.gz`` from the shared Multi30k copy (skips the test, named in the summary,
+    if absent). Only for tests about Multi30k itself; the rest use :func:`read_corpus`."""
+    if multi30k_missing():
+        pytest.skip(multi30k_missing())
+    with gzip.open(MULTI30K / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    return lines[:limit] if limit is not None else lines
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """Name every skipped test and why, so that a run that could not test something says so."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if getattr(r, "longrepr", None)]
+    if not skipped:
+        return
+    heading = f"{len(skipped)} test{'s' * (len(skipped) != 1)} did not run"
+    terminalreporter.section(heading, sep="!", yellow=True, bold=True)
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        terminalreporter.write_line(f"SKIPPED {report.nodeid}: {reason.removeprefix('Skipped: ')}", yellow=True)
 
 
 def _train_tiny(out: Path) -> None:
@@ -52,16 +89,16 @@ def _train_tiny(out: Path) -> None:
     from transduce.model import ModelConfig, Transformer
     from transduce.modeldir import save_model_dir
 
-    en, de = read_multi30k("train", "en", TINY_PAIRS), read_multi30k("train", "de", TINY_PAIRS)
+    en, fr = read_corpus("train", SRC_LANG, TINY_PAIRS), read_corpus("train", TGT_LANG, TINY_PAIRS)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        vocab = Vocab.train(en + de, TINY_VOCAB)
+        vocab = Vocab.train(en + fr, TINY_VOCAB)
         cfg = ModelConfig.preset("tiny", vocab_size=len(vocab), max_positions=TINY_MAX_POSITIONS)
         torch.manual_seed(TINY_SEED)
         model = Transformer(cfg)
         src = [vocab.encode(s) + [EOS_ID] for s in en]
-        tgt = [[BOS_ID] + vocab.encode(s) + [EOS_ID] for s in de]
+        tgt = [[BOS_ID] + vocab.encode(s) + [EOS_ID] for s in fr]
         opt = torch.optim.Adam(model.parameters(), lr=2e-3, betas=(0.9, 0.98), eps=1e-9)
         gen = torch.Generator().manual_seed(TINY_SEED)
         start = time.time()
@@ -79,7 +116,7 @@ def _train_tiny(out: Path) -> None:
             opt.step()
             if step % 100 == 0 and os.environ.get("TRANSDUCE_TINY_VERBOSE"):
                 print(step, round(loss.item(), 3), round(time.time() - start, 1), flush=True)
-        meta = {"src_lang": "en", "tgt_lang": "de", "trained_by": "tests/conftest.py tiny_model_dir",
+        meta = {"src_lang": SRC_LANG, "tgt_lang": TGT_LANG, "trained_by": "tests/conftest.py tiny_model_dir",
                 "steps": TINY_STEPS, "final_loss": round(loss.item(), 4), "seconds": round(time.time() - start, 1)}
         save_model_dir(out, model.eval(), Vocabs(vocab, vocab), meta)
     finally:
@@ -93,14 +130,14 @@ def _pad(rows: list[list[int]], pad: int) -> torch.Tensor:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    """Path of a trained ``tiny`` en->de model directory (see the module docstring)."""
+    """Path of a trained ``tiny`` en->fr model directory (see the module docstring)."""
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # one dir per pytest session
     if os.environ.get("TRANSDUCE_TEST_CACHE"):  # opt-in cache kept across sessions (development)
         shared = Path(os.environ["TRANSDUCE_TEST_CACHE"])
         shared.mkdir(parents=True, exist_ok=True)
-    out = shared / "tiny_model_en_de"
-    with open(shared / "tiny_model_en_de.lock", "w") as lock:
+    out = shared / "tiny_model_en_fr"
+    with open(shared / "tiny_model_en_fr.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if not (out / "model.safetensors").is_file():

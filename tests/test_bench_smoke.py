@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
 from bench_train import build_models, curves, throughput, throughput_table  # noqa: E402
+from test_train_run import data_dir  # noqa: E402, F401  (module-scoped corpus slice)
 from transduce.data.batching import Batch  # noqa: E402
 
 VOCAB = 64
@@ -119,3 +120,19 @@ def test_benchmarks_md_keeps_each_machines_sections_together(tmp_path):
     assert text.startswith(INTRO)
     a = sorted(text.index(s) for s in ("train on A", "decode on A"))
     assert not a[0] < text.index("train on B") < a[1]  # A's sections are adjacent, whichever machine comes first
+
+
+def test_the_training_bench_times_a_preset_with_model_keys_over_it(data_dir, capsys):  # noqa: F811
+    from transduce.config import ConfigError
+    import train_step as bench
+
+    threads = torch.get_num_threads()
+    try:
+        bench.main([str(data_dir), "--preset", "tiny", "--set", "d_model=32", "--set", "model.d_ff=48",
+                    "--dtype", "fp32", "--threads", "1", "--max-tokens", "300", "--steps", "2", "--warmup", "1"])
+        line = capsys.readouterr().out.strip().splitlines()[-1]
+        assert line.startswith("tiny d_model=32 d_ff=48 fp32 threads=1") and "2 updates" in line
+        with pytest.raises(ConfigError, match="d_modle"):
+            bench.main([str(data_dir), "--preset", "tiny", "--set", "d_modle=32"])
+    finally:
+        torch.set_num_threads(threads)

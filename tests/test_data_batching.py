@@ -1,7 +1,5 @@
 """Token-budget batches: format, budget, determinism from (seed, epoch), resume, rank shards."""
 
-import gzip
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,21 +7,16 @@ import torch
 
 from transduce.data import PreparedData
 from transduce.data.batching import TokenBatches
+from conftest import read_corpus
 from transduce.data.build import BuildSettings, build
 from transduce.data.corpora import Corpus, SplitText
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
-
-
 @pytest.fixture(scope="module")
 def train(tmp_path_factory):
-    """The first 3,000 Multi30k en-de training pairs, prepared."""
-    if not (MULTI30K / "train.en.gz").is_file():
-        pytest.skip(f"Multi30k not found at {MULTI30K} (the project's shared data)")
-    en, de = (gzip.decompress((MULTI30K / f"train.{lang}.gz").read_bytes()).decode().split("\n")[:3000]
-              for lang in ("en", "de"))
+    """The first 3,000 en-fr training pairs of the shipped corpus, prepared."""
+    en, fr = read_corpus("train", "en", 3000), read_corpus("train", "fr", 3000)
     out = tmp_path_factory.mktemp("batching")
-    build(Corpus("slice", "en", "de", {"train": SplitText(en, de)}, {}), BuildSettings(vocab_size=1000), out)
+    build(Corpus("slice", "en", "fr", {"train": SplitText(en, fr)}, {}), BuildSettings(vocab_size=1000), out)
     return PreparedData.open(out).split("train")
 
 

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from conftest import read_multi30k
+from conftest import read_corpus
 from transduce.api import load
 from transduce.decode import search, translator as translator_mod
 
@@ -22,7 +22,7 @@ def translator(tiny_translator):
 
 @pytest.fixture(scope="module")
 def sources():
-    return read_multi30k("test_2016_flickr", "en", N)
+    return read_corpus("test", "en", N)
 
 
 def _run(translator, lines, **kw):

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import read_multi30k
+from conftest import read_corpus
 from transduce.cli import main
 from transduce.decode.mbr import MBRConfig, choose, expected_utilities
 
@@ -43,7 +43,7 @@ def test_bad_settings_name_themselves(kwargs, key):
 
 
 def test_translator_picks_from_the_beam(tiny_translator):
-    sources = read_multi30k("test_2016_flickr", "en", 8)
+    sources = read_corpus("test", "en", 8)
     beam = tiny_translator.translate(sources, beam=4, max_len_b=10)
     assert tiny_translator.translate(sources, beam=4, max_len_b=10, mbr=MBRConfig(1)) == beam
     nbest = tiny_translator.translate(sources, beam=4, max_len_b=10, nbest=4)
@@ -57,7 +57,7 @@ def test_translator_picks_from_the_beam(tiny_translator):
 
 def test_cli_mbr(tiny_model_dir, tmp_path, monkeypatch, capsys):
     src = tmp_path / "in.en"
-    src.write_text("".join(s + "\n" for s in read_multi30k("test_2016_flickr", "en", 5)))
+    src.write_text("".join(s + "\n" for s in read_corpus("test", "en", 5)))
     assert main(["translate", "--model", str(tiny_model_dir), "--beam", "4", "--mbr", "4", "--max-len-b", "10",
                  str(src)]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 5

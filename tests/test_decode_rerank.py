@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import read_multi30k
+from conftest import read_corpus
 from transduce.api import load
 from transduce.cli import main
 from transduce.decode.rerank import RerankConfig, choose, sequence_logprobs, sweep
@@ -33,7 +33,7 @@ def test_bad_settings_name_themselves(kwargs, key):
 
 def test_sequence_logprobs_agree_with_reference_perplexity_and_not_with_the_batch(tiny_translator):
     t = tiny_translator
-    src, refs = read_multi30k("test_2016_flickr", "en", 12), read_multi30k("test_2016_flickr", "de", 12)
+    src, refs = read_corpus("test", "en", 12), read_corpus("test", "fr", 12)
     pairs = [(s[:-1], g) for s, g in zip(t.encode_sources(src), t.vocabs.tgt.encode_batch(refs))]
     together = sequence_logprobs(t.model, pairs)
     nll, _ = t.reference_nll(src, refs)
@@ -46,7 +46,7 @@ def test_reranking_chooses_from_the_beam_by_the_channel_score(tiny_model_dir):
     torch.set_num_threads(1)
     # the tiny en->de model stands in as its own "channel": the mechanics do not need a good one
     t = load(tiny_model_dir, channel=tiny_model_dir)
-    sources = read_multi30k("test_2016_flickr", "en", 10)
+    sources = read_corpus("test", "en", 10)
     beam = t.translate(sources, beam=4, max_len_b=10)
     assert t.translate(sources, beam=4, max_len_b=10, rerank=RerankConfig(4, 0.0)) == beam
     nbest = t.translate(sources, beam=4, max_len_b=10, nbest=4, return_scores=True)
@@ -69,17 +69,17 @@ def test_load_refuses_a_channel_model_with_other_vocabularies(tiny_model_dir, tm
     from transduce.model import ModelConfig, Transformer
     from transduce.modeldir import save_model_dir
 
-    vocab = Vocab.train(read_multi30k("train", "de", 300), 200)
+    vocab = Vocab.train(read_corpus("train", "fr", 300), 200)
     other = save_model_dir(tmp_path / "other", Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab))),
-                           Vocabs(vocab, vocab), {"src_lang": "de", "tgt_lang": "en"})
+                           Vocabs(vocab, vocab), {"src_lang": "fr", "tgt_lang": "en"})
     with pytest.raises(ValueError, match="channel model's vocabularies"):
         load(tiny_model_dir, channel=other)
 
 
 def test_cli_rerank(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    src, ref = tmp_path / "in.en", tmp_path / "ref.de"
-    src.write_text("".join(s + "\n" for s in read_multi30k("test_2016_flickr", "en", 5)))
-    ref.write_text("".join(s + "\n" for s in read_multi30k("test_2016_flickr", "de", 5)))
+    src, ref = tmp_path / "in.en", tmp_path / "ref.fr"
+    src.write_text("".join(s + "\n" for s in read_corpus("test", "en", 5)))
+    ref.write_text("".join(s + "\n" for s in read_corpus("test", "fr", 5)))
     model = str(tiny_model_dir)
     argv = ["--beam", "4", "--rerank", "4", "--channel", model, "--rerank-weight", "0.5", "--max-len-b", "10"]
     assert main(["translate", "--model", model, *argv, str(src)]) == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import read_multi30k
+from conftest import read_corpus
 from transduce.decode.ensemble import Ensemble
 from transduce.decode.search import SampleConfig, beam_search, greedy, length_penalty, row_topk
 from transduce.decode.translator import Translator
@@ -18,7 +18,7 @@ def translator(tiny_translator):
 
 @pytest.fixture(scope="module")
 def sources():
-    return read_multi30k("test_2016_flickr", "en", 60)
+    return read_corpus("test", "en", 60)
 
 
 def _src(translator, lines):

@@ -9,7 +9,7 @@ import pytest
 import sacrebleu
 from sacremoses import MosesTokenizer
 
-from conftest import read_multi30k
+from conftest import read_corpus
 from transduce.api import load
 from transduce.cli import main
 from transduce.evaluate import evaluate_model, score_translations
@@ -54,18 +54,18 @@ def test_cli_hyp_ref_json(tmp_path, capsys):
 
 
 def test_model_evaluation_and_perplexity(tiny_model_dir, tmp_path, capsys):
-    src = read_multi30k("test_2016_flickr", "en", 30)
-    ref = read_multi30k("test_2016_flickr", "de", 30)
+    src = read_corpus("test", "en", 30)
+    ref = read_corpus("test", "fr", 30)
     translator = load(tiny_model_dir)
     result = evaluate_model(translator, src, ref, beam=2)
     assert result["hypotheses"] == translator.translate(src, beam=2)
-    assert result == {**score_translations(result["hypotheses"], ref, "de"), **result}
+    assert result == {**score_translations(result["hypotheses"], ref, "fr"), **result}
     nll, count = translator.reference_nll(src, ref)
     assert result["ref_perplexity"] == round(math.exp(nll / count), 3)
     assert 1.0 < result["ref_perplexity"] < len(translator.vocabs.tgt)  # better than uniform
     (tmp_path / "s.en").write_text("\n".join(src) + "\n", encoding="utf-8")
-    (tmp_path / "r.de").write_text("\n".join(ref) + "\n", encoding="utf-8")
+    (tmp_path / "r.fr").write_text("\n".join(ref) + "\n", encoding="utf-8")
     assert main(["evaluate", "--model", str(tiny_model_dir), "--src", str(tmp_path / "s.en"),
-                 "--ref", str(tmp_path / "r.de"), "--beam", "2", "--json"]) == 0
+                 "--ref", str(tmp_path / "r.fr"), "--beam", "2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["bleu"] == result["bleu"] and data["ref_perplexity"] == result["ref_perplexity"]

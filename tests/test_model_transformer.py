@@ -39,7 +39,6 @@ VARIANTS = [
     dict(attention_window=3),
     dict(tie_embeddings="none"),
     dict(activation="gelu"),
-    dict(activation="geglu"),
 ]
 
 
@@ -213,20 +212,6 @@ def test_feed_forward_applies_the_configured_activation(activation, act):
     ff = make(activation=activation).decoder.layers[1].ff
     x = torch.randn(2, 5, 64)
     torch.testing.assert_close(ff(x), F.linear(act(F.linear(x, ff.w1.weight, ff.w1.bias)), ff.w2.weight, ff.w2.bias))
-
-
-def test_geglu_gates_one_half_of_the_first_map_with_the_other():
-    """GEGLU (Shazeer, 2020): (GELU(x W + b) ⊙ (x V + c)) W2 + b2, with w1 = [W; V] of 2·d_ff rows."""
-    model = make(activation="geglu")
-    ff, d_ff = model.decoder.layers[1].ff, model.config.d_ff
-    assert ff.w1.weight.shape == (2 * d_ff, 64) and ff.w2.weight.shape == (64, d_ff)
-    x = torch.randn(2, 5, 64)
-    gate = F.gelu(F.linear(x, ff.w1.weight[:d_ff], ff.w1.bias[:d_ff]))
-    value = F.linear(x, ff.w1.weight[d_ff:], ff.w1.bias[d_ff:])
-    torch.testing.assert_close(ff(x), F.linear(gate * value, ff.w2.weight, ff.w2.bias))
-    relu = make()  # the same d_ff: GEGLU adds d_model x d_ff weights and d_ff biases per layer
-    layers = model.config.encoder_layers + model.config.decoder_layers
-    assert model.num_parameters() - relu.num_parameters() == layers * (64 + 1) * d_ff
 
 
 def test_dropout_on_embedding_sums_in_training_only():

@@ -10,7 +10,8 @@ from transduce.model import ModelConfig, Transformer
 from transduce.train import checkpoint as ckpt
 from transduce.train.config import TrainConfig
 from transduce.train.distributed import Dist
-from transduce.train.optim import MuonAdamW, build_optimizer, muon_parameter, orthogonalize, orthogonalize_shared
+from transduce.train.muon import MuonAdamW, muon_parameter, orthogonalize, orthogonalize_shared
+from transduce.train.optim import build_optimizer
 from transduce.train.schedule import set_lr
 
 

@@ -19,7 +19,7 @@ pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extr
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from conftest import read_multi30k  # noqa: E402
+from conftest import read_corpus  # noqa: E402
 from live_server import Live  # noqa: E402
 from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
@@ -34,7 +34,7 @@ def translator(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def sentences():
-    return read_multi30k("val", "en", 40)
+    return read_corpus("valid", "en", 40)
 
 
 class Slow:

@@ -37,13 +37,10 @@ def test_unknown_override_and_bad_values_are_named(tmp_path):
         load_config(path, ["update_freq=0"])
     with pytest.raises(ConfigError, match="key 'adam_betas'"):
         load_config(path, ["adam_betas=[0.9]"])
-    with pytest.raises(ConfigError, match=r"key 'subword_dropout': must be in \[0, 1\), got 1.0"):
-        load_config(path, ["subword_dropout=1.0"])
     with pytest.raises(ConfigError, match=r"key 'rdrop_alpha': must be non-negative \(0 = off\), got -1.0"):
         load_config(path, ["rdrop_alpha=-1.0"])
-    for bad in ("[0.1]", "[0.1, 1.0]", "[-0.1, 0.2]"):
-        with pytest.raises(ConfigError, match=r"key 'dropout_ramp': must be two rates \[start, end\]"):
-            load_config(path, [f"dropout_ramp={bad}"])
+    with pytest.raises(ConfigError, match="unknown key 'subword_dropout'"):  # a technique that left stays unknown
+        load_config(path, ["subword_dropout=0.1"])
     cfg, model = load_config(path, ["max_steps=7", "model.dropout=0.2"])
     assert cfg.max_steps == 7 and model == {"preset": "tiny", "dropout": 0.2}
     path.write_text('[train]\ndata = "d"\nout = "o"\n[optim]\nlr = 1\n')

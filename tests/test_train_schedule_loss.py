@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from transduce.train.dropout import DropoutRamp, FastDropout, use_fast_dropout
+from transduce.train.dropout import FastDropout, use_fast_dropout
 from transduce.train.loss import label_smoothed_loss
 from transduce.train.schedule import Schedule, inverse_sqrt_lr, linear_lr, rsqrt_lr, set_lr
 
@@ -106,23 +106,6 @@ def test_use_fast_dropout_swaps_every_dropout_and_keeps_weights():
     assert use_fast_dropout(model) == count > 0
     assert not any(isinstance(m, torch.nn.Dropout) for m in model.modules())
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-
-
-def test_dropout_ramp_sets_every_residual_and_embedding_dropout_and_nothing_else():
-    from transduce.model import ModelConfig, Transformer
-    from transduce.model.attention import MultiHeadAttention
-
-    model = Transformer(ModelConfig.preset("tiny", vocab_size=40, dropout=0.2, attention_dropout=0.1,
-                                           activation_dropout=0.05))
-    use_fast_dropout(model)
-    ramp = DropoutRamp(model, 0.1, 0.3)
-    # 2 encoder layers × 2 sub-layers + 2 decoder layers × 3 + source and target embeddings
-    assert len(ramp.modules) == 2 * 2 + 2 * 3 + 2
-    assert all(isinstance(m, FastDropout) for m in ramp.modules)
-    assert [ramp(x) for x in (0.0, 0.5, 1.0, 1.5)] == pytest.approx([0.1, 0.2, 0.3, 0.3])
-    rates = sorted(m.p for m in model.modules() if isinstance(m, FastDropout))
-    assert rates == pytest.approx([0.05] * 4 + [0.3] * 12)  # the feed-forward hidden units keep theirs
-    assert {m.dropout for m in model.modules() if isinstance(m, MultiHeadAttention)} == {0.1}
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])

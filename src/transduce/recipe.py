@@ -9,16 +9,10 @@
                                                    # a list, e.g. [5, 10]: each window is a candidate
     [evaluate]  splits, beam, alpha, ...
 
-    [fp32]      train.KEY = ..., model.KEY = ...   # over [train] and [model] where training runs in fp32
-
-``--set section.key=value`` overrides any key, [fp32]'s too (``--set fp32.train.peak_lr=0.004``). [fp32] holds
-the settings that suit fp32 training (``train.dtype = "fp32"``, or "auto" on a CPU without native bf16, which
-makes about half the updates in an hour of a CPU with it); the command line still wins over it, and
-``--set recipe.use_fp32_table=false`` ignores it. The averaged model (one per window in [average] last) and
+``--set section.key=value`` overrides any key. The averaged model (one per window in [average] last) and
 the trainer's own final model (the best validated weights, the last update's included) are all scored on
-the validation split, with each length penalty α listed in [evaluate] alpha; after a mutual-learning run
-(``train.mutual_alpha``) so are the ensembles of its two models, final and averaged, and with ``train.ema_decay``
-the moving average of the weights (RUN_DIR/ema-model). The best model and
+the validation split, with each length penalty α listed in [evaluate] alpha, and with ``train.ema_decay``
+so is the moving average of the weights (RUN_DIR/ema-model). The best model and
 α are the recipe's, and only they are scored on the test splits (the choice never looks at test data).
 Results go to OUT/results.json and are printed as a table.
 """
@@ -32,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +34,6 @@ import torch
 
 from .config import ConfigError, build, check, parse_override, read_toml, to_toml_text
 from .decode import DTYPES
-from .decode.rerank import RerankConfig
 
 
 @dataclass
@@ -48,7 +41,6 @@ class RecipeSection:
     out: str = ""
     seed: int = 1
     processes: int = 1  # > 1: train under torchrun (DistributedDataParallel), [train] threads each
-    use_fp32_table: bool = True  # false: the [fp32] table is not applied even where training runs in fp32
 
     def __post_init__(self) -> None:
         check(bool(self.out), "out", "must name the recipe's output directory")
@@ -117,23 +109,10 @@ class EvaluateSection:
     max_len_b: int = 50
     dtype: str = "fp32"
     device: str = "cpu"  # "cuda", or "auto": cuda when available
-    # noisy-channel reranking (decode/rerank.py) with the run's BiT snapshot RUN/bit-model as the
-    # target→source model: each λ is tried on the validation split (0 = beam search's choice); [] = off
-    channel_weights: list[float] = field(default_factory=list)
-    channel_candidates: int = 0  # how many of the beam's best are rescored; 0: all of them (the beam size)
 
     def __post_init__(self) -> None:
         check(self.device in ("cpu", "cuda", "auto"), "device", f"must be cpu, cuda or auto, got {self.device!r}")
         check(self.beam >= 1, "beam", f"must be at least 1, got {self.beam}")
-        check(isinstance(self.channel_weights, list) and all(
-            isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in self.channel_weights),
-            "channel_weights", f"must be a list of non-negative numbers, got {self.channel_weights}")
-        check(len(set(self.channel_weights)) == len(self.channel_weights), "channel_weights",
-              f"lists a weight twice: {self.channel_weights}")
-        self.channel_weights = [float(w) for w in self.channel_weights]
-        check(0 <= self.channel_candidates <= self.beam, "channel_candidates",
-              f"must be between 0 (the beam size) and beam ({self.beam}), got {self.channel_candidates}")
-        self.channel_candidates = self.channel_candidates or self.beam
         alphas = self.alpha if isinstance(self.alpha, list) else [self.alpha]
         check(len(alphas) > 0 and all(a >= 0 for a in alphas), "alpha",
               f"must be a non-negative number or a non-empty list of them, got {self.alpha}")
@@ -144,7 +123,6 @@ class EvaluateSection:
 SECTIONS = {"recipe": RecipeSection, "prepare": PrepareSection, "average": AverageSection,
             "evaluate": EvaluateSection}
 PASSED_ON = ("train", "model")  # validated by `transduce train`
-FP32 = "fp32"  # the table of [train] and [model] settings for fp32 training
 
 
 @dataclass
@@ -156,9 +134,6 @@ class Recipe:
     evaluate: EvaluateSection
     train: dict[str, Any]
     model: dict[str, Any]
-    # the [fp32] settings applied, as {"train.peak_lr": 0.004, ...} (empty: none), and why or why not
-    fp32_applied: dict[str, Any] = field(default_factory=dict)
-    fp32_why: str = ""
 
     @property
     def out(self) -> Path:
@@ -170,74 +145,25 @@ class Recipe:
 
 
 def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
-    """Read and validate a recipe: the file's tables, then [fp32] where training runs in fp32, then
-    ``overrides`` ("section.key=value", the command line's ``--set``)."""
+    """Read and validate a recipe: the file's tables, then ``overrides`` ("section.key=value", the command
+    line's ``--set``)."""
     path = Path(path)
     raw = read_toml(path)
     over: dict[str, dict[str, Any]] = {}  # --set section.key=value
-    fp32_over: dict[str, dict[str, Any]] = {}  # --set fp32.section.key=value
     for text in overrides:
         key, value = parse_override(text)
         if "." not in key:
             raise ConfigError(f"override {text!r}: name the section, e.g. train.max_minutes=5")
         section, name = key.split(".", 1)
-        if section not in (*SECTIONS, *PASSED_ON, FP32):
+        if section not in (*SECTIONS, *PASSED_ON):
             raise ConfigError(f"override {text!r}: unknown section {section!r}")
-        if section == FP32:
-            table, _, name = name.partition(".")
-            if table not in PASSED_ON or not name:
-                raise ConfigError(f"override {text!r}: an [fp32] entry is train.KEY or model.KEY, "
-                                  f"e.g. fp32.train.peak_lr=0.004")
-            fp32_over.setdefault(table, {})[name] = value
-            continue
         over.setdefault(section, {})[name] = value
     for section in raw:
-        if section not in (*SECTIONS, *PASSED_ON, FP32):
-            raise ConfigError(f"{path}: unknown table [{section}] "
-                              f"(expected {', '.join((*SECTIONS, *PASSED_ON, FP32))})")
-    fp32 = _fp32_table(raw.pop(FP32, {}), path)
-    for section, values in fp32_over.items():
-        fp32[section] = {**fp32.get(section, {}), **values}
+        if section not in (*SECTIONS, *PASSED_ON):
+            raise ConfigError(f"{path}: unknown table [{section}] (expected {', '.join((*SECTIONS, *PASSED_ON))})")
     tables = {name: {**raw.get(name, {}), **over.get(name, {})} for name in (*SECTIONS, *PASSED_ON)}
     built = {name: build(cls, tables[name], where=f"{path} [{name}]") for name, cls in SECTIONS.items()}
-    applied, why = {}, ""
-    if fp32:
-        dtype, why = training_dtype(tables["train"])
-        if not built["recipe"].use_fp32_table:
-            why = "[fp32] not applied: recipe.use_fp32_table = false"
-        elif dtype != "fp32":
-            why = f"[fp32] not applied: {why}"
-        else:
-            for section, values in fp32.items():
-                for name, value in values.items():
-                    if name not in over.get(section, {}):  # the command line wins over [fp32]
-                        tables[section][name] = applied[f"{section}.{name}"] = value
-            why = f"[fp32] applied: {why}"
-    return Recipe(path, **built, train=tables["train"], model=tables["model"], fp32_applied=applied, fp32_why=why)
-
-
-def _fp32_table(table: Any, path: Path) -> dict[str, dict[str, Any]]:
-    """[fp32] checked: only train.KEY and model.KEY entries (their values are validated with the rest of
-    [train] and [model] by `transduce train`)."""
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: [fp32] must be a table of train.KEY and model.KEY entries, got {table!r}")
-    for section, values in table.items():
-        if section not in PASSED_ON or not isinstance(values, dict):
-            raise ConfigError(f"{path} [fp32]: unknown entry {section!r} (expected train.KEY or model.KEY, "
-                              f"e.g. train.peak_lr = 0.004)")
-    return table
-
-
-def training_dtype(train: dict[str, Any]) -> tuple[str, str]:
-    """The dtype ``transduce train`` will run [train] in ("auto" resolved on this machine), and why."""
-    from .train.config import TrainConfig
-    from .train.step import resolve_dtype
-
-    defaults = {f.name: f.default for f in fields(TrainConfig) if f.name in ("dtype", "device")}
-    dtype, device = train.get("dtype", defaults["dtype"]), train.get("device", defaults["device"])
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return resolve_dtype(dtype, device)
+    return Recipe(path, **built, train=tables["train"], model=tables["model"])
 
 
 def write_train_config(recipe: Recipe) -> Path:
@@ -273,7 +199,7 @@ def run_recipe(recipe: Recipe, resume: bool = False, evaluate_only: bool = False
         if not previous.is_file():
             raise FileNotFoundError(f"--evaluate-only: {previous} not found; run the recipe to the end first")
         old = json.loads(previous.read_text())
-        kept = ("seed", "train_threads", "train_processes", "train_wall_s", "train", "fp32_table")
+        kept = ("seed", "train_threads", "train_processes", "train_wall_s", "train")
         results.update({k: old[k] for k in kept if k in old})
     else:
         _train(recipe, resume, results)
@@ -286,10 +212,6 @@ def _train(recipe: Recipe, resume: bool, results: dict[str, Any]) -> None:
     """prepare → train (in-process, or under torchrun with [recipe] processes > 1)."""
     from .cli import main as cli
 
-    if recipe.fp32_why:
-        settings = ", ".join(f"{k} = {v!r}" for k, v in recipe.fp32_applied.items())
-        print(recipe.fp32_why + (f" ({settings})" if settings else ""), flush=True)
-    results["fp32_table"] = recipe.fp32_applied
     _stage("prepare", " ".join(recipe.prepare.argv(recipe.data_dir)))
     if cli(recipe.prepare.argv(recipe.data_dir)) != 0:
         raise RuntimeError("transduce prepare failed (its message is above)")
@@ -310,17 +232,16 @@ def _train(recipe: Recipe, resume: bool, results: dict[str, Any]) -> None:
 
 
 def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
-    """average → score final and averaged on valid (each α) → the better on the test splits."""
+    """average → score final, averaged and EMA models on valid (each α) → the best on the test splits."""
     from .api import load
     from .data import PreparedData
     from .evaluate import evaluate_model
     from .train.average import average
     from .train.checkpoint import list_checkpoints
-    from .train.trainer import BIT_MODEL, EMA_MODEL
+    from .train.trainer import EMA_MODEL
 
     run = recipe.out / "run"
-    candidates = {"final": [run / "model"]}  # name -> model directories (more than one: an ensemble)
-    peer = (run / "peer-model").is_dir()  # a mutual-learning run: its two models are also tried as an ensemble
+    candidates = {"final": run / "model"}  # name -> model directory
     available = len(list_checkpoints(run / "checkpoints"))
     windows = []  # the distinct windows that can be averaged, each at most the checkpoints there are
     for wanted in recipe.average.lasts:
@@ -331,104 +252,45 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
             windows.append(last)
     one = len(recipe.average.lasts) == 1  # one window keeps the plain names: "averaged", OUT/averaged
     results["averaged_checkpoints"] = (windows[0] if windows else 0) if one else windows
-    names = {last: ("averaged", "averaged") if one else (f"averaged {last}", f"averaged-{last}") for last in windows}
-    for last, (name, folder) in names.items():
+    for last in windows:
+        name, folder = ("averaged", "averaged") if one else (f"averaged {last}", f"averaged-{last}")
         _stage("average", f"transduce average {run} --last {last}")
-        candidates[name] = [average(run, last, recipe.out / folder)]
+        candidates[name] = average(run, last, recipe.out / folder)
     if (run / EMA_MODEL).is_dir():  # train.ema_decay: the moving average of the weights competes too
-        candidates["ema"] = [run / EMA_MODEL]
-    if peer:
-        candidates["final pair"] = [run / "model", run / "peer-model"]
-        for last, (name, folder) in names.items():
-            _stage("average", f"transduce average {run} --last {last} --peer")
-            candidates[f"{name} pair"] = [candidates[name][0],
-                                          average(run, last, recipe.out / f"{folder}-peer", peer=True)]
+        candidates["ema"] = run / EMA_MODEL
 
     data = PreparedData.open(recipe.data_dir)
     ev = recipe.evaluate
     device = ("cuda" if torch.cuda.is_available() else "cpu") if ev.device == "auto" else ev.device
     base = dict(beam=ev.beam, max_len_a=ev.max_len_a, max_len_b=ev.max_len_b)
-    channel = run / BIT_MODEL if ev.channel_weights else None
-    if channel is not None and not channel.is_dir():
-        raise ConfigError(f"key 'channel_weights': reranking needs the run's BiT snapshot {channel}, which a run "
-                          "with train.bidirectional > 0 writes at its switch; set channel_weights = [] for this run")
     # lowercased outputs make cased sacreBLEU meaningless: choose them on tok-lc BLEU, the figure that applies
     metric = "tok_lc_bleu" if recipe.prepare.lowercase else "bleu"
     scores: dict[str, dict[str, Any]] = {}
     sweeps: dict[str, dict[str, float]] = {}
     translators = {}
-    for name, directories in candidates.items():
-        translators[name] = load(directories[0], device=device, dtype=ev.dtype, ensemble=directories[1:],
-                                 channel=channel)
-        tried = {}  # (alpha, channel weight or None) -> scores on valid
+    for name, directory in candidates.items():
+        translators[name] = load(directory, device=device, dtype=ev.dtype)
+        tried = {}  # alpha -> scores on valid
         for alpha in ev.alphas:
-            if channel is None:
-                _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {alpha})")
-                tried[alpha, None] = _score(evaluate_model, translators[name], data, ev.valid_split,
-                                            {**base, "alpha": alpha})
-                continue
-            _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {alpha}, the "
-                               f"{ev.channel_candidates} best reranked with {channel}, lambda in {ev.channel_weights})")
-            for weight, result in _score_reranked(translators[name], data, ev.valid_split, alpha, ev).items():
-                tried[alpha, weight] = result
-        best = max(tried, key=lambda k: tried[k][metric])  # the first of equals
-        scores[name] = {ev.valid_split: {**tried[best], **_setting(*best)}}
-        sweeps[name] = {_label(*k): tried[k][metric] for k in tried}
+            _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {alpha})")
+            tried[alpha] = _score(evaluate_model, translators[name], data, ev.valid_split, {**base, "alpha": alpha})
+        best = max(tried, key=lambda a: tried[a][metric])  # the first of equals
+        scores[name] = {ev.valid_split: {**tried[best], "alpha": best}}
+        sweeps[name] = {str(a): tried[a][metric] for a in tried}
     chosen = max(scores, key=lambda n: scores[n][ev.valid_split][metric])
-    setting = {k: scores[chosen][ev.valid_split][k] for k in ("alpha", "channel_weight")
-               if k in scores[chosen][ev.valid_split]}
-    decode = {**base, "alpha": setting["alpha"]}
-    if setting.get("channel_weight"):
-        decode["rerank"] = RerankConfig(ev.channel_candidates, setting["channel_weight"])
+    decode = {**base, "alpha": scores[chosen][ev.valid_split]["alpha"]}
     results["chosen_by"] = metric
-    if len(ev.alphas) > 1 or channel is not None:
+    if len(ev.alphas) > 1:
         results["alpha_sweep_valid_bleu"] = sweeps
-    translator = translators[chosen]
     for split in ev.test_splits:
         _stage("evaluate", f"{chosen} model on {split}")
-        scores[chosen][split] = {**_score(evaluate_model, translator, data, split, decode, recipe.out / f"{split}.hyp"),
-                                 **setting}
-    targets = [recipe.out / "model", recipe.out / "peer-model", recipe.out / "channel-model"]
-    for target in targets:  # a peer-model left by an earlier --evaluate-only choice goes too
-        shutil.rmtree(target, ignore_errors=True)
-    for source, target in zip(candidates[chosen], targets):
-        shutil.copytree(source, target)
-    model_dirs = targets[:len(candidates[chosen])]
-    results.update({"chosen": chosen, "model": str(model_dirs[0]), "scores": scores,
-                    "decode": {**decode, **({"rerank": vars(decode["rerank"])} if "rerank" in decode else {})},
+        scores[chosen][split] = {**_score(evaluate_model, translators[chosen], data, split, decode,
+                                          recipe.out / f"{split}.hyp"), "alpha": decode["alpha"]}
+    target = recipe.out / "model"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(candidates[chosen], target)
+    results.update({"chosen": chosen, "model": str(target), "scores": scores, "decode": decode,
                     "dtype": results.get("dtype", recipe.train.get("dtype", "fp32"))})
-    if len(model_dirs) > 1:
-        results["ensemble"] = [str(d) for d in model_dirs[1:]]
-    if "rerank" in decode:
-        shutil.copytree(channel, targets[2])
-        results["channel"] = str(targets[2])
-
-
-def _setting(alpha: float, weight: float | None) -> dict[str, float]:
-    return {"alpha": alpha} if weight is None else {"alpha": alpha, "channel_weight": weight}
-
-
-def _label(alpha: float, weight: float | None) -> str:
-    return str(alpha) if weight is None else f"{alpha}, lambda {weight}"
-
-
-def _score_reranked(translator, data, split: str, alpha: float, ev: EvaluateSection) -> dict[float, dict]:
-    """Scores on ``split`` for each λ in ``ev.channel_weights``, from one beam search and one channel scoring."""
-    from .decode.rerank import sweep
-    from .evaluate import reference_perplexity, score_translations
-
-    sources, refs = _texts(data, split)
-    start = time.perf_counter()
-    outputs = sweep(translator, sources, ev.channel_weights, ev.channel_candidates, ev.beam, alpha,
-                    ev.max_len_a, ev.max_len_b)
-    seconds = round(time.perf_counter() - start, 1)
-    perplexity = reference_perplexity(translator, sources, refs)  # the same for every λ: computed once
-    out = {}
-    for weight, hyps in outputs.items():
-        result = score_translations(hyps, refs, data.manifest["tgt_lang"])
-        out[weight] = {**{k: v for k, v in result.items() if not k.endswith("_detail")}, **perplexity,
-                       "decode_wall_s": seconds}
-    return out
 
 
 def _texts(data, split: str) -> tuple[list[str], list[str]]:
@@ -491,9 +353,7 @@ def run(args: argparse.Namespace) -> int:
           f"wall-clock, {results['train'].get('step', '?')} updates; {m['cpu']}, {results['train_processes']} "
           f"process(es) x {results['train_threads']} training thread(s), "
           f"{results['dtype']}, seed {results['seed']}")
-    members = results.get("ensemble", [])
-    print(f"model: {results['model']}{''.join(f' + {m} (ensemble: translate --ensemble {m})' for m in members)}"
-          f"   results: {recipe.out / 'results.json'}")
+    print(f"model: {results['model']}   results: {recipe.out / 'results.json'}")
     sig = next(iter(next(iter(results["scores"].values())).values()))
     print(f"sacreBLEU signature: {sig['bleu_signature']}")
     return 0

@@ -76,13 +76,9 @@ class Vocab:
         """Normalise and encode one sentence to ids (no bos/eos)."""
         return self.sp.encode(self.normalize(text))
 
-    def encode_batch(self, texts: list[str], dropout: float = 0.0) -> list[list[int]]:
-        """Normalise and encode sentences; ``dropout`` > 0 samples a BPE-dropout segmentation
-        (each merge skipped with that probability, SentencePiece's random generator, one thread)."""
-        texts = [self.normalize(t) for t in texts]
-        if dropout > 0:
-            return self.sp.encode(texts, enable_sampling=True, alpha=dropout, nbest_size=-1, num_threads=1)
-        return self.sp.encode(texts)
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Normalise and encode sentences."""
+        return self.sp.encode([self.normalize(t) for t in texts])
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text; special tokens are dropped."""

@@ -28,7 +28,6 @@ from torch import Tensor, nn
 
 from ..model import Transformer
 from ..model.cache import DecoderCache, LayerCache
-from ..model.feedforward import GATED
 from ..model.transformer import Encoded
 from .search import TOPK_BLOCK
 
@@ -80,8 +79,6 @@ def supports(model: nn.Module) -> str | None:
         return "additive attention"
     if cfg.attention_window is not None:
         return "restricted self-attention (attention_window)"
-    if cfg.activation in GATED:
-        return f"a gated feed-forward (activation {cfg.activation})"
     for layer in model.decoder.layers:
         for module in (layer.self_attn.qkv_proj, layer.self_attn.out_proj, layer.cross_attn.q_proj,
                        layer.cross_attn.out_proj, layer.ff.w1, layer.ff.w2):

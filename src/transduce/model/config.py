@@ -37,8 +37,7 @@ class ModelConfig:
     alternatives the paper discusses:
 
     * ``norm``: ``"post"`` (the paper) or ``"pre"``.
-    * ``activation``: the feed-forward's ``"relu"`` (§3.3), ``"gelu"`` or the gated ``"geglu"``
-      (whose first map is 2·d_ff wide: see :class:`~transduce.model.feedforward.FeedForward`).
+    * ``activation``: the feed-forward's ``"relu"`` (§3.3) or ``"gelu"``.
     * ``positions``: ``"sinusoidal"`` (§3.5) or ``"learned"`` (Table 3 row E).
     * ``tie_embeddings``: ``"all"`` (source, target and pre-softmax share one matrix, §3.4),
       ``"target"`` (target embedding and pre-softmax only) or ``"none"``.
@@ -61,7 +60,7 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    activation: Literal["relu", "gelu", "geglu"] = "relu"
+    activation: Literal["relu", "gelu"] = "relu"
     label_smoothing: float = 0.1
     norm: Literal["post", "pre"] = "post"
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"

@@ -67,14 +67,8 @@ class Embeddings(nn.Module):
         self.scale = math.sqrt(d_model) if scale else 1.0
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, ids: Tensor, start: int = 0, cut: Tensor | None = None) -> Tensor:
-        """ids (B, T) -> (B, T, d_model); ``start`` is the first position (incremental decoding).
-
-        ``cut`` (B, T) bool, training only: token cutoff (``train.cutoff``) zeroes those tokens' vectors, so
-        those positions carry their position encoding alone.
-        """
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:
+        """ids (B, T) -> (B, T, d_model); ``start`` is the first position (incremental decoding)."""
         x = self.token(ids) * self.scale  # (B, T, d_model)
-        if cut is not None:
-            x = x.masked_fill(cut.unsqueeze(-1), 0.0)  # (B, T, d_model)
         x = x + self.positions(ids.size(1), start).to(x.dtype)  # broadcast over B
         return self.dropout(x)

@@ -131,17 +131,17 @@ class Transformer(nn.Module):
         return window_mask(T_q, T_k, r, causal=True, device=device, offset=offset)  # (T_q, T_k)
 
     # ----------------------------------------------------------------- passes
-    def encode(self, src: Tensor, cut: Tensor | None = None) -> Encoded:
-        """src (B, S) -> :class:`Encoded` with memory (B, S, d_model); ``cut`` as in :meth:`hidden`."""
+    def encode(self, src: Tensor) -> Encoded:
+        """src (B, S) -> :class:`Encoded` with memory (B, S, d_model)."""
         mask = self.source_mask(src)
-        memory = self.encoder(self.src_embed(src, cut=cut), self._encoder_self_mask(mask))
+        memory = self.encoder(self.src_embed(src), self._encoder_self_mask(mask))
         return Encoded(memory, mask)
 
-    def decode_hidden(self, tgt: Tensor, encoded: Encoded, cut: Tensor | None = None) -> Tensor:
+    def decode_hidden(self, tgt: Tensor, encoded: Encoded) -> Tensor:
         """Teacher-forced decoder pass: tgt (B, T) decoder input -> final states (B, T, d_model)."""
         T = tgt.size(1)
         self_mask = self._decoder_self_mask(T, T, 0, tgt.device)
-        x = self.tgt_embed(tgt, cut=cut)  # (B, T, d_model)
+        x = self.tgt_embed(tgt)  # (B, T, d_model)
         return self.decoder(x, encoded.memory, self_mask, encoded.mask)  # (B, T, d_model)
 
     def decode(self, tgt: Tensor, encoded: Encoded) -> Tensor:
@@ -152,15 +152,12 @@ class Transformer(nn.Module):
         """src (B, S), tgt (B, T) -> logits (B, T, V)."""
         return self.decode(tgt, self.encode(src))
 
-    def hidden(self, src: Tensor, tgt: Tensor, cut: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    def hidden(self, src: Tensor, tgt: Tensor) -> Tensor:
         """Decoder states before the pre-softmax projection, (B, T, d_model).
 
         Training uses it to project only the non-padding positions: ``model.generator(h[keep])``.
-        ``cut`` = (source (B, S), decoder input (B, T)) bool masks of the tokens whose embeddings token
-        cutoff zeroes (``train.cutoff``); None = none.
         """
-        src_cut, tgt_cut = cut if cut is not None else (None, None)
-        return self.decode_hidden(tgt, self.encode(src, src_cut), tgt_cut)
+        return self.decode_hidden(tgt, self.encode(src))
 
     # ----------------------------------------------------------------- incremental decoding
     def init_cache(self, encoded: Encoded, beam: int = 1) -> DecoderCache:

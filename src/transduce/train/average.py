@@ -17,14 +17,13 @@ from ..config import read_toml
 from ..data.vocab import Vocabs
 from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
-from .checkpoint import MODEL, PEER, list_checkpoints, read_state, read_tensors
+from .checkpoint import MODEL, list_checkpoints, read_state, read_tensors
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="a training run directory (with checkpoints/ and vocab/)")
     parser.add_argument("--last", type=int, default=5, metavar="N", help="how many of the newest checkpoints (default 5)")
     parser.add_argument("--out", type=Path, required=True, help="model directory to write")
-    parser.add_argument("--peer", action="store_true", help="average the peer model of a mutual-learning run")
 
 
 def average_tensors(paths: list[Path], filename: str = MODEL) -> dict[str, torch.Tensor]:
@@ -53,9 +52,8 @@ def run_languages(run_dir: Path) -> dict[str, str]:
     return {key: manifest[key] for key in ("src_lang", "tgt_lang") if key in manifest}
 
 
-def average(run_dir: Path, last: int, out: Path, peer: bool = False) -> Path:
-    """Average the last ``last`` checkpoints of ``run_dir`` into the model directory ``out`` (the peer
-    model's weights with ``peer``, from a mutual-learning run)."""
+def average(run_dir: Path, last: int, out: Path) -> Path:
+    """Average the last ``last`` checkpoints of ``run_dir`` into the model directory ``out``."""
     if last < 1:
         raise ValueError(f"--last must be at least 1, got {last}")
     found = list_checkpoints(run_dir / "checkpoints")
@@ -66,20 +64,19 @@ def average(run_dir: Path, last: int, out: Path, peer: bool = False) -> Path:
     chosen = found[-last:]
     state = read_state(chosen[-1])
     model = Transformer(ModelConfig.from_dict(state["model_config"], where=f"{chosen[-1]}/state.json model_config"))
-    filename = PEER if peer else MODEL
-    weights = average_tensors(chosen, filename)
+    weights = average_tensors(chosen, MODEL)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     # a tied tensor is stored once under one of its names; its other names are loaded through it
     params = model.state_dict(keep_vars=True)
     stored = {params[name].data_ptr() for name in weights if name in params}
     if unexpected or any(params[name].data_ptr() not in stored for name in missing):
-        raise ValueError(f"{chosen[-1] / filename}: weights do not match the model config "
+        raise ValueError(f"{chosen[-1] / MODEL}: weights do not match the model config "
                          f"(missing {missing}, unexpected {unexpected})")
     meta = {**run_languages(run_dir), "averaged": [p.name for p in chosen], "steps": state["step"]}
     return save_model_dir(out, model, Vocabs.load(run_dir / "vocab"), meta)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = average(args.run_dir, args.last, args.out, peer=args.peer)
-    print(f"averaged the last {args.last} checkpoints of {args.run_dir}{' (peer)' * args.peer} into {out}")
+    out = average(args.run_dir, args.last, args.out)
+    print(f"averaged the last {args.last} checkpoints of {args.run_dir} into {out}")
     return 0

@@ -2,11 +2,10 @@
 
     RUN_DIR/checkpoints/step_00001200/
         model.safetensors      weights (tied tensors stored once)
-        peer.safetensors       with mutual learning only: the peer model's weights
-        ema.safetensors        with train.ema_decay only: the moving average of the weights
         optimizer.safetensors  Adam moments per parameter, RNG states as uint8 tensors
         state.json             step, data position, optimizer hyper-parameters, python/numpy RNG, configs…
-        subwords.safetensors   with BPE-dropout only: the epoch's segmentation of the training data
+        NAME.safetensors       weights that a technique keeps beside the model, e.g. ema.safetensors: the
+                               moving average of train.ema_decay (train/ema.py)
 
 A checkpoint is written into a temporary sibling directory, every file fsync'ed, then renamed into place
 (rename is atomic), so a run killed at any moment leaves only whole checkpoints. ``keep_last`` prunes the
@@ -30,8 +29,7 @@ from safetensors.torch import save_file
 from ..modeldir import _fsync_tree, load_weights, save_weights
 from ..safefiles import read_json, read_safetensors
 
-MODEL, OPTIM, STATE, SUBWORDS = "model.safetensors", "optimizer.safetensors", "state.json", "subwords.safetensors"
-PEER, EMA = "peer.safetensors", "ema.safetensors"
+MODEL, OPTIM, STATE = "model.safetensors", "optimizer.safetensors", "state.json"
 
 
 def fix_for(directory: Path) -> str:
@@ -110,25 +108,19 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Te
 
 
 def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    state: dict[str, Any], subwords: dict[str, torch.Tensor] | None = None,
-                    peer: torch.nn.Module | None = None, ema: torch.nn.Module | None = None) -> Path:
-    """Write one checkpoint atomically to ``directory`` (replacing it if present); ``subwords``: the
-    tensors of :meth:`~transduce.data.subword_dropout.SampledSplit.tensors`, when training uses them;
-    ``peer``: the second model of mutual learning; ``ema``: the moving average's weights (train/ema.py)."""
+                    state: dict[str, Any], extra: dict[str, torch.nn.Module] | None = None) -> Path:
+    """Write one checkpoint atomically to ``directory`` (replacing it if present); ``extra``: more weights
+    to keep, each as ``NAME.safetensors`` (e.g. ``{"ema": ...}``, the moving average of train/ema.py)."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
     try:
         save_weights(model, tmp / MODEL)
-        if peer is not None:
-            save_weights(peer, tmp / PEER)
-        if ema is not None:
-            save_weights(ema, tmp / EMA)
+        for name, module in (extra or {}).items():
+            save_weights(module, tmp / f"{name}.safetensors")
         tensors, optim_meta = optimizer_tensors(optimizer)
         rng_tensors, rng_meta = rng_state()
         save_file({**tensors, **rng_tensors}, str(tmp / OPTIM))
-        if subwords is not None:
-            save_file(subwords, str(tmp / SUBWORDS))
         (tmp / STATE).write_text(json.dumps({**state, "optimizer": optim_meta, "rng": rng_meta}) + "\n")
         _fsync_tree(tmp)
         old = directory.with_name(f".{directory.name}.old")
@@ -146,20 +138,19 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: to
 
 def load_checkpoint(directory: str | Path, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer | None = None, restore_rng: bool = True,
-                    peer: torch.nn.Module | None = None, ema: torch.nn.Module | None = None) -> dict[str, Any]:
-    """Load weights (the ``peer``'s and the moving average's ``ema`` too, if given), optimizer and RNG states
-    from ``directory``; return the JSON state."""
+                    extra: dict[str, torch.nn.Module] | None = None) -> dict[str, Any]:
+    """Load weights (and ``extra``'s, each from ``NAME.safetensors``), optimizer and RNG states from
+    ``directory``; return the JSON state."""
     directory = Path(directory)
-    for name in (MODEL, STATE) + ((PEER,) if peer is not None else ()) + ((EMA,) if ema is not None else ()):
+    extra = extra or {}
+    for name in (MODEL, STATE, *(f"{n}.safetensors" for n in extra)):
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory / name}: missing checkpoint file")
     fix = fix_for(directory)
     state = read_json(directory / STATE, fix)
     load_weights(model, directory / MODEL, fix=fix)
-    if peer is not None:
-        load_weights(peer, directory / PEER, fix=fix)
-    if ema is not None:
-        load_weights(ema, directory / EMA, fix=fix)
+    for name, module in extra.items():
+        load_weights(module, directory / f"{name}.safetensors", fix=fix)
     if optimizer is not None or restore_rng:
         tensors = read_safetensors(directory / OPTIM, fix)
         if optimizer is not None:

@@ -55,25 +55,8 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = None  # torch intra-op threads per process; None = torch's default
     fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
-    subword_dropout: float = 0.0  # BPE-dropout p: a new segmentation of the training text each epoch; 0 = off
-    # BiT (data/bidirectional.py): epochs that start within this fraction of the budget train on every pair in
-    # both directions (needs a shared vocabulary), later epochs on source -> target alone; 0 = off
-    bidirectional: float = 0.0
-    # data diversification (train/diversify.py): at BiT's switch the model translates the training split, and
-    # later epochs add (x, f(x)) pairs ("forward"), (b(y), y) pairs ("back") or both; "off" = the split alone
-    diversify: Literal["off", "both", "forward", "back"] = "off"
-    rdrop_alpha: float = 0.0  # R-Drop: each batch twice (two dropout masks), + alpha x their symmetric KL; 0 = off
-    # R-Drop starts once this fraction of the budget is used; before, each batch once (half the compute per
-    # update, so twice the updates while the model still under-fits); 0 = from the start
-    rdrop_from: float = 0.0
-    # token cutoff (SimCut, Gao et al., 2022): R-Drop's second copy loses this fraction of its source and
-    # decoder-input token embeddings (zeroed, positions kept); needs rdrop_alpha > 0; 0 = off
-    cutoff: float = 0.0
-    # mutual learning: two models (RUN_DIR/model and RUN_DIR/peer-model) trained side by side on each batch, each
-    # with its smoothed loss, + alpha x their symmetric KL; decoded as an ensemble; 0 = off (one model)
-    mutual_alpha: float = 0.0
-    # [start, end]: residual dropout P_drop rises (or falls) linearly over the budget instead of model.dropout
-    dropout_ramp: list[float] | None = None
+    # R-Drop (train/rdrop.py): each batch twice under two dropout masks, + alpha x their symmetric KL; 0 = off
+    rdrop_alpha: float = 0.0
     # attention in training: "auto" = the written-out formula with fp32 scores on CPU (model/attention.py:
     # faster than SDPA's kernels for short sentences, forward + backward) and PyTorch's SDPA choice on CUDA;
     # "written", "written-bf16" (Q K^T in the autocast dtype, not fp32: fewer casts, less precise scores), or an
@@ -123,31 +106,7 @@ class TrainConfig:
               f"must be an update number, at least 1 (or absent: the end of warm-up), got {self.ema_start}")
         check(self.ema_start is None or self.ema_decay > 0, "ema_start",
               f"{self.ema_start} starts an average that is off: set ema_decay > 0 too")
-        check(self.dropout_ramp is None or (len(self.dropout_ramp) == 2 and all(
-            isinstance(p, (int, float)) and 0 <= p < 1 for p in self.dropout_ramp)), "dropout_ramp",
-            f"must be two rates [start, end], each in [0, 1), got {self.dropout_ramp}")
-        if self.dropout_ramp is not None:
-            self.dropout_ramp = [float(p) for p in self.dropout_ramp]
         check(self.rdrop_alpha >= 0, "rdrop_alpha", f"must be non-negative (0 = off), got {self.rdrop_alpha}")
-        check(0 <= self.rdrop_from < 1, "rdrop_from",
-              f"must be a fraction of the budget in [0, 1) (0 = from the start), got {self.rdrop_from}")
-        check(self.rdrop_from == 0 or self.rdrop_alpha > 0, "rdrop_from",
-              f"{self.rdrop_from} delays R-Drop, which is off: set rdrop_alpha > 0 too")
-        check(0 <= self.cutoff < 1, "cutoff", f"must be a probability in [0, 1) (0 = off), got {self.cutoff}")
-        check(self.cutoff == 0 or self.rdrop_alpha > 0, "cutoff",
-              f"{self.cutoff} cuts tokens from R-Drop's second copy, and R-Drop is off: set rdrop_alpha > 0 too")
-        check(self.mutual_alpha >= 0, "mutual_alpha", f"must be non-negative (0 = off), got {self.mutual_alpha}")
-        check(not (self.mutual_alpha > 0 and self.rdrop_alpha > 0), "mutual_alpha",
-              "does not combine with rdrop_alpha (both score two copies of each batch): set one of them to 0")
-        check(not (self.mutual_alpha > 0 and self.dropout_ramp is not None), "mutual_alpha",
-              "does not combine with dropout_ramp (which ramps one model's dropout)")
-        check(0 <= self.subword_dropout < 1, "subword_dropout", f"must be in [0, 1), got {self.subword_dropout}")
-        check(0 <= self.bidirectional < 1, "bidirectional",
-              f"must be a fraction of the budget in [0, 1) (0 = off), got {self.bidirectional}")
-        check(not (self.bidirectional > 0 and self.subword_dropout > 0), "bidirectional",
-              "does not combine with subword_dropout (which re-segments the one-direction split each epoch)")
-        check(self.diversify == "off" or self.bidirectional > 0, "diversify",
-              f"{self.diversify!r} translates with the model BiT trained both ways: set bidirectional > 0 too")
         check(self.init_from is None or bool(self.init_from), "init_from", "must name a model directory (or be absent)")
         check(not self.freeze or self.init_from is not None, "freeze",
               f"{self.freeze} keeps randomly initialised parts as they are: set init_from to a model directory too")

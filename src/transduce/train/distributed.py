@@ -80,21 +80,3 @@ def teardown(ctx: Dist, together: bool = True) -> None:
         if together:
             dist.barrier()
         dist.destroy_process_group()
-
-
-def broadcast(obj, ctx: Dist):
-    """Rank 0's ``obj`` on every rank (picklable; the identity with one rank)."""
-    if not ctx.enabled:
-        return obj
-    box = [obj if ctx.is_main else None]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def gather(obj, ctx: Dist) -> list:
-    """Every rank's ``obj`` (picklable), in rank order, on every rank (``[obj]`` with one rank)."""
-    if not ctx.enabled:
-        return [obj]
-    box = [None] * ctx.world_size
-    dist.all_gather_object(box, obj)
-    return box

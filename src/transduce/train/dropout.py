@@ -16,11 +16,6 @@ The tensor ops stay as the reference and the fallback (no compiler, or ``TRANSDU
 
 :func:`use_fast_dropout` swaps every ``nn.Dropout`` of a model in place. Dropout modules hold no
 parameters, so checkpoints and model directories are unchanged.
-
-:class:`DropoutRamp` changes the residual dropout rate P_drop during training (``train.dropout_ramp``):
-linearly from a first rate at the start of the budget to a second at its end, e.g. little dropout while
-the model underfits and more once it starts to overfit the small corpus (curriculum dropout, Morerio et
-al. 2017). Attention and activation dropout keep their rates.
 """
 
 from __future__ import annotations
@@ -33,8 +28,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..cpp import build
-from ..model.embeddings import Embeddings
-from ..model.layers import Residual
 
 
 @functools.cache
@@ -103,25 +96,3 @@ def use_fast_dropout(model: nn.Module) -> int:
                 setattr(parent, name, FastDropout(child.p))
                 swapped += 1
     return swapped
-
-
-class DropoutRamp:
-    """P_drop of every residual and embedding dropout (§5.4), from ``start`` at progress 0 to ``end`` at 1.
-
-    ``progress`` is the fraction of the run's budget used (as for the ``linear`` learning-rate schedule),
-    so a resumed run continues the ramp where it stopped and every rank uses the same rate.
-    """
-
-    def __init__(self, model: nn.Module, start: float, end: float):
-        self.start, self.end = start, end
-        self.modules = [m.dropout for m in model.modules() if isinstance(m, (Residual, Embeddings))]
-
-    def rate(self, progress: float) -> float:
-        return self.start + (self.end - self.start) * min(max(progress, 0.0), 1.0)
-
-    def __call__(self, progress: float) -> float:
-        """Set the rate for ``progress`` ∈ [0, 1] on every residual dropout; return it."""
-        p = self.rate(progress)
-        for m in self.modules:
-            m.p = p
-        return p

@@ -8,8 +8,13 @@ weights, far from the end's, never enter. PyTorch's ``AveragedModel`` with its E
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import torch
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+from ..modeldir import save_model_dir
 
 
 class WeightEMA:
@@ -37,6 +42,15 @@ class WeightEMA:
         """Fold ``model``'s weights after update ``step`` (1-based) into the average, once ``step`` >= start."""
         if step >= self.start:
             self.averaged.update_parameters(model)
+
+    def save_model(self, out: Path, vocabs, meta: dict[str, Any], step: int) -> str:
+        """Write the average after update ``step`` as the model directory ``out``; return a line for the log."""
+        if self.updates == 0:
+            return f"no moving average to save: training stopped at update {step}, before ema_start ({self.start})"
+        first = step - self.updates + 1
+        save_model_dir(out, self.model, vocabs,
+                       {**meta, "weights": f"moving average (decay {self.decay}) of updates {first}-{step}"})
+        return f"moving average of updates {first}-{step} (decay {self.decay}): {out}"
 
     def restore(self, updates: int) -> None:
         """After loading a checkpoint's averaged weights into :attr:`model`: how many updates they hold."""

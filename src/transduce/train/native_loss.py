@@ -4,7 +4,7 @@ The tensor-op version (``loss._block``, ``loss._rdrop_block``) stays as the read
 fallback. The extension is compiled with ``torch.utils.cpp_extension`` on first use (tens of seconds, then
 cached under ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``); :func:`extension` returns None when
 it cannot be built (no C++ compiler), and the loss then runs the tensor ops. ``TRANSDUCE_NATIVE_LOSS=0``
-turns it off, for A/B timing: ``TRANSDUCE_NATIVE_LOSS=0|1 python -m transduce.train.bench DATA --threads 1
+turns it off, for A/B timing: ``TRANSDUCE_NATIVE_LOSS=0|1 python bench/train_step.py DATA --threads 1
 --max-tokens 1024 --rdrop-alpha 2`` (whole steps) or ``python bench/loss_block.py`` (the loss alone; README,
 "Which loss kernel trains").
 """

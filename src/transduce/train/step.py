@@ -1,4 +1,5 @@
-"""One optimizer update: forward/backward over ``update_freq`` batches, then Adam (§5.3, §5.4).
+"""One optimizer update (§5.3, §5.4): forward over ``update_freq`` batches, the training objective
+(label-smoothed cross-entropy, or R-Drop's), backward, then the optimizer at the schedule's learning rate.
 
 Gradients are those of the **summed** label-smoothed loss divided by the update's **global** target-token
 count (all micro-batches, all ranks). DistributedDataParallel averages gradients over ranks, so each rank
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 
 from .distributed import Dist, all_sum, wrap
-from .loss import ProjectedPairLoss, ProjectedSmoothedCrossEntropy, projected_rdrop_loss
+from .loss import SmoothedLoss
 from .schedule import Schedule, set_lr
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -85,114 +86,56 @@ def autocast(device: torch.device, dtype: str):
     return torch.autocast(device.type, dtype=AUTOCAST[dtype])
 
 
-def cutoff_mask(ids: torch.Tensor, first: int, p: float, pad_id: int) -> torch.Tensor:
-    """Token cutoff's choice (Shen et al., 2020; SimCut, Gao et al., 2022): ids (2B, T) -> (2B, T) bool.
-
-    Each real token of the rows from ``first`` on is chosen with probability ``p``; rows before ``first``
-    (R-Drop's first copy) and padding never are. Draws from torch's generator, so a seeded run repeats it.
-    """
-    cut = torch.zeros_like(ids, dtype=torch.bool)  # (2B, T)
-    cut[first:] = torch.rand(ids[first:].shape, device=ids.device) < p  # draws for the cut rows only
-    return cut & (ids != pad_id)
-
-
 class TrainingLoss(nn.Module):
-    """The model (and its peer, under mutual learning) plus the loss, one module so DistributedDataParallel
-    sees the whole forward.
+    """The model plus its training objective, one module so DistributedDataParallel sees the whole forward.
 
-    Only non-padding decoder positions go through the pre-softmax projection (``Transformer.hidden``),
-    which saves the largest matmul and softmax on padding; the projection and the loss are one block-wise
-    function (:mod:`~transduce.train.loss`), so the (N, V) logits are never stored.
-    Returns (smoothed_sum, nll_sum, tokens), tokens counting each copy of a position.
-
-    Two copies of every position are scored when training with ``rdrop_alpha`` > 0 (R-Drop: the model twice,
-    under independent dropout masks) or with a ``peer`` (mutual learning: the model and its peer, a second
-    Transformer of its own initialisation); either way the loss is both copies' smoothed losses plus α times
-    their symmetric KL (:class:`~transduce.train.loss.ProjectedPairLoss`).
-
-    ``cutoff`` > 0 (R-Drop only) is SimCut: R-Drop's second copy also loses a ``cutoff`` fraction of its
-    source and decoder-input token embeddings (:func:`cutoff_mask`), so the KL term asks the model to
-    predict the same with and without them.
+    ``objective`` is :class:`~transduce.train.loss.SmoothedLoss` (the paper's) or another with its interface
+    (:class:`~transduce.train.rdrop.RDrop`): the batch goes through the model ``objective.copies`` times in
+    one forward, each copy under its own dropout masks. Only non-padding decoder positions reach the
+    pre-softmax projection (``Transformer.hidden``), which saves the largest matmul and softmax on padding;
+    the objective projects them block by block, so the (N, V) logits are never stored.
+    Returns (loss_sum, nll_sum, tokens), tokens counting each copy of a position.
     """
 
-    def __init__(self, model: nn.Module, device: torch.device, dtype: str, epsilon: float, pad_id: int,
-                 kernel: str = "auto", rdrop_alpha: float = 0.0, peer: nn.Module | None = None,
-                 mutual_alpha: float = 0.0, cutoff: float = 0.0):
+    def __init__(self, model: nn.Module, objective, device: torch.device, dtype: str, kernel: str = "auto"):
         super().__init__()
-        if peer is not None and rdrop_alpha > 0:
-            raise ValueError("R-Drop (rdrop_alpha) and mutual learning (mutual_alpha) do not combine: use one")
-        if cutoff > 0 and rdrop_alpha <= 0:
-            raise ValueError("token cutoff (cutoff) perturbs R-Drop's second copy: it needs rdrop_alpha > 0")
-        self.cutoff = cutoff
-        self.model, self.device, self.dtype, self.epsilon, self.pad_id = model, device, dtype, epsilon, pad_id
-        self.kernel, self.rdrop_alpha, self.peer, self.mutual_alpha = kernel, rdrop_alpha, peer, mutual_alpha
-        self.rdrop_on = True  # False while train.rdrop_from holds R-Drop back (Stepper.update sets it)
-
-    @property
-    def models(self) -> int:
-        """How many models the loss trains: 2 with a peer, else 1."""
-        return 2 if self.peer is not None else 1
+        self.model, self.objective, self.device, self.dtype, self.kernel = model, objective, device, dtype, kernel
 
     @property
     def copies(self) -> int:
-        """How many times each target token is counted: 2 under R-Drop or mutual learning while training."""
-        rdrop = self.rdrop_alpha > 0 and self.rdrop_on
-        return 2 if (rdrop or self.peer is not None) and self.model.training else 1
+        """How many times each target token is counted (R-Drop: 2)."""
+        return self.objective.copies
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor):
-        labels = tgt[:, 1:]  # (B, T-1)
-        keep = labels != self.pad_id  # (B, T-1)
-        mutual = self.peer is not None and self.model.training  # the peer scores the second copy
-        rdrop = self.copies == 2 and not mutual  # the model scores both
-        cut = None
-        if rdrop:  # R-Drop: every sentence twice in one batch, under independent dropout masks
-            src, tgt = torch.cat([src, src]), torch.cat([tgt, tgt])  # (2B, S), (2B, T)
-            if self.cutoff > 0:  # SimCut: the second copy also loses some token embeddings
-                b = labels.size(0)
-                cut = (cutoff_mask(src, b, self.cutoff, self.pad_id),
-                       cutoff_mask(tgt[:, :-1], b, self.cutoff, self.pad_id))  # (2B, S), (2B, T-1)
+        copies, labels = self.copies, tgt[:, 1:]  # labels (B, T-1)
+        keep = labels != self.objective.pad_id  # (B, T-1)
+        src, tgt = src.repeat(copies, 1), tgt.repeat(copies, 1)  # (copies·B, S), (copies·B, T)
         with autocast(self.device, self.dtype), attention_kernel(self.device, self.kernel):
-            inputs = (src, tgt[:, :-1]) if cut is None else (src, tgt[:, :-1], cut)  # bench peers: no cut
-            h = self.model.hidden(*inputs)  # (copies·B, T-1, d_model) for R-Drop, else (B, T-1, d_model)
-            h_peer = self.peer.hidden(src, tgt[:, :-1]) if mutual else None  # (B, T-1, d_model)
+            h = self.model.hidden(src, tgt[:, :-1])  # (copies·B, T-1, d_model)
+        states = h.unflatten(0, (copies, -1))[:, keep].flatten(0, 1)  # (copies·N, d_model), copy by copy
         rows = 64 if self.device.type == "cpu" else 8192  # CPU: blocks that stay in cache; GPU: few launches
-        dtype, y = AUTOCAST.get(self.dtype, torch.float32), labels[keep]
-        if rdrop:
-            b = labels.size(0)
-            states = torch.cat([h[:b][keep], h[b:][keep]])  # (2N, d_model): copy 1's positions, then copy 2's
-            loss, nll = projected_rdrop_loss(states, self.model.generator.weight, y, float(self.epsilon),
-                                             self.pad_id, float(self.rdrop_alpha), dtype, rows // 2)
-            return loss, nll.detach(), 2 * int(keep.sum())
-        if mutual:
-            loss, nll = ProjectedPairLoss.apply(h[keep], self.model.generator.weight, h_peer[keep],
-                                                self.peer.generator.weight, y, float(self.epsilon), self.pad_id,
-                                                float(self.mutual_alpha), dtype, rows // 2)
-            return loss, nll.detach(), 2 * int(keep.sum())
-        loss, nll = ProjectedSmoothedCrossEntropy.apply(h[keep], self.model.generator.weight, y,
-                                                        float(self.epsilon), self.pad_id, dtype, rows)
-        return loss, nll.detach(), int(keep.sum())
+        loss, nll = self.objective(states, self.model.generator.weight, labels[keep],
+                                   AUTOCAST.get(self.dtype, torch.float32), rows)
+        return loss, nll.detach(), copies * int(keep.sum())
 
 
 class Stepper:
-    """Runs updates on a Transformer with ``optimizer``; the step number is the caller's.
+    """Runs updates on a Transformer with ``optimizer`` and ``objective`` (default: label smoothing 0.1,
+    pad id 0); the step number is the caller's.
 
     With several ranks the model and its loss are wrapped in DistributedDataParallel here.
     """
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *,
-                 device: torch.device, dtype: str = "fp32", label_smoothing: float = 0.1, pad_id: int = 0,
-                 clip_norm: float = 0.0, ctx: Dist = Dist(), kernel: str = "auto", rdrop_alpha: float = 0.0,
-                 peer: nn.Module | None = None, mutual_alpha: float = 0.0, rdrop_from: float = 0.0,
-                 cutoff: float = 0.0):
+                 device: torch.device, objective=None, dtype: str = "fp32", clip_norm: float = 0.0,
+                 ctx: Dist = Dist(), kernel: str = "auto"):
         if dtype == "fp16" and device.type != "cuda":
             raise ValueError("key 'dtype': 'fp16' needs a CUDA device (use 'bf16' on CPU)")
-        self.loss = TrainingLoss(model, device, dtype, label_smoothing, pad_id, kernel, rdrop_alpha, peer,
-                                 mutual_alpha, cutoff)
+        self.loss = TrainingLoss(model, objective or SmoothedLoss(0.1), device, dtype, kernel)
         self.model = wrap(self.loss, ctx, device)
         self.optimizer, self.schedule = optimizer, schedule
         self.device, self.dtype, self.ctx, self.clip_norm = device, dtype, ctx, clip_norm
         self.scaler = torch.amp.GradScaler("cuda") if dtype == "fp16" else None
-        self.rdrop_from = rdrop_from
 
     def close(self) -> None:
         """Drop the DistributedDataParallel wrapper, whose reducer holds the process group, before teardown."""
@@ -204,11 +147,9 @@ class Stepper:
 
         ``progress`` is the fraction of the run's budget used before this update (for the ``linear`` schedule).
         """
-        self.loss.rdrop_on = progress >= self.rdrop_from
         local = sum(b.tgt_tokens for b in batches) * self.loss.copies  # two copies count each token twice
         total = int(all_sum(torch.tensor([float(local)], dtype=torch.float64, device=self.device), self.ctx).item())
-        # each model's gradient is that of its own loss per token: with a peer, the summed loss holds two models'
-        factor = self.ctx.world_size * self.loss.models / max(total, 1)
+        factor = self.ctx.world_size / max(total, 1)
         sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, nll, tokens, src tokens
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1

@@ -13,16 +13,17 @@ from typing import Callable
 import torch
 from torch import nn
 
+from .loss import SmoothedLoss
 from .step import TrainingLoss
 
 
 @torch.no_grad()
-def valid_loss(model: nn.Module, batches, device: torch.device, dtype: str, epsilon: float,
-               pad_id: int = 0, kernel: str = "auto") -> dict[str, float]:
+def valid_loss(model: nn.Module, batches, device: torch.device, dtype: str, objective: SmoothedLoss,
+               kernel: str = "auto") -> dict[str, float]:
     """Smoothed loss, NLL and perplexity per target token over ``batches`` (model in eval mode)."""
     was_training = model.training
     model.eval()
-    compute = TrainingLoss(model, device, dtype, epsilon, pad_id, kernel)
+    compute = TrainingLoss(model, objective, device, dtype, kernel)
     loss_sum = nll_sum = 0.0
     tokens = 0
     for batch in batches:

@@ -1,4 +1,4 @@
-"""Training speed on real batches: ``python -m transduce.train.bench DATA_DIR --preset small --dtype bf16``.
+"""Training speed on real batches: ``python bench/train_step.py DATA_DIR --preset small --dtype bf16``.
 
 Times ``--steps`` updates after ``--warmup`` untimed ones and prints target tokens per wall-clock second
 and per ``threads`` CPU-seconds (the process's CPU time, a steadier figure on a shared machine);
@@ -12,13 +12,15 @@ import time
 
 import torch
 
-from ..config import parse_override
-from ..data import PreparedData
-from ..data.batching import TokenBatches
-from ..model import ModelConfig, Transformer
-from .dropout import use_fast_dropout
-from .schedule import Schedule
-from .step import Stepper
+from transduce.config import parse_override
+from transduce.data import PreparedData
+from transduce.data.batching import TokenBatches
+from transduce.model import ModelConfig, Transformer
+from transduce.train.dropout import use_fast_dropout
+from transduce.train.loss import SmoothedLoss
+from transduce.train.rdrop import RDrop
+from transduce.train.schedule import Schedule
+from transduce.train.step import Stepper
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,9 +38,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"])
     p.add_argument("--sdpa", default="auto", choices=["auto", "written", "written-bf16", "default", "math"])
     p.add_argument("--rdrop-alpha", type=float, default=0.0, help="R-Drop (each batch twice + alpha x KL)")
-    p.add_argument("--cutoff", type=float, default=0.0, help="token cutoff on R-Drop's second copy (SimCut)")
-    p.add_argument("--mutual-alpha", type=float, default=0.0,
-                   help="mutual learning (a second model of its own initialisation + alpha x KL)")
     p.add_argument("--passes", type=int, default=1,
                    help="time the same --steps batches this many times in a row, one figure per pass (a "
                         "throughput that falls from pass to pass is the process slowing down, e.g. its allocator)")
@@ -53,17 +52,13 @@ def main(argv: list[str] | None = None) -> None:
                              **({} if data.vocabs.shared else {"tgt_vocab_size": len(data.vocabs.tgt),
                                                                 "tie_embeddings": "target"}))
     model = Transformer(cfg).train()
-    peer = Transformer(cfg).train() if args.mutual_alpha > 0 else None
-    for m in (model, peer):
-        if m is not None and not args.plain_dropout:
-            use_fast_dropout(m)
-    params = list(model.parameters()) + (list(peer.parameters()) if peer is not None else [])
-    opt = torch.optim.Adam(params, betas=(0.9, 0.98), eps=1e-9, fused=args.adam == "fused",
+    if not args.plain_dropout:
+        use_fast_dropout(model)
+    opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.adam == "fused",
                            foreach=args.adam == "foreach")
     stepper = Stepper(model, opt, Schedule("rsqrt", 4000, cfg.d_model), device=torch.device("cpu"),
-                      dtype=args.dtype, label_smoothing=cfg.label_smoothing, kernel=args.sdpa,
-                      rdrop_alpha=args.rdrop_alpha, peer=peer, mutual_alpha=args.mutual_alpha,
-                      cutoff=args.cutoff)
+                      dtype=args.dtype, kernel=args.sdpa, objective=RDrop(cfg.label_smoothing, args.rdrop_alpha)
+                      if args.rdrop_alpha > 0 else SmoothedLoss(cfg.label_smoothing))
     batches = TokenBatches(data.split("train"), args.max_tokens, seed=1).epoch(1)
     for i in range(args.warmup):
         stepper.update([batches[i]], i + 1)
@@ -75,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
             stepper.update([timed[0]], 100)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
         return
-    from ..allocator import loaded
+    from transduce.allocator import loaded
 
     for number in range(1, args.passes + 1):
         tokens, seconds, cpu = 0, 0.0, 0.0

@@ -1,7 +1,7 @@
 """Load test for ``transduce serve``: throughput and latency, batched vs one request at a time.
 
-    python -m transduce.serve.bench --model DIR --sentences FILE [--clients 8] [--requests 10] [--beam 4]
-    python -m transduce.serve.bench --models models.toml --sentences en=EN_FILE --sentences de=DE_FILE ...
+    python bench/serve_load.py --model DIR --sentences FILE [--clients 8] [--requests 10] [--beam 4]
+    python bench/serve_load.py --models models.toml --sentences en=EN_FILE --sentences de=DE_FILE ...
 
 Starts ``transduce serve`` twice as a subprocess on 127.0.0.1 (dynamic batching on, then
 ``--max-batch-requests 1``), sends ``clients`` × ``requests`` one-sentence requests to
@@ -90,7 +90,7 @@ def read_lines(path: Path) -> list[str]:
 
 def plan(args) -> tuple[list[str], list[list[tuple[str, str, str]]], dict]:
     """(server arguments, per-client jobs, {(source, target): model path})."""
-    from .registry import read_models
+    from transduce.serve.registry import read_models
 
     if args.model is not None:
         if len(args.sentences) != 1 or "=" in args.sentences[0]:
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = {"batched": [], "one-at-a-time": ["--max-batch-requests", "1", "--wait-ms", "0"]}
     import torch
 
-    from ..api import load
+    from transduce.api import load
 
     torch.set_num_threads(args.threads)
     reference = []

@@ -1,0 +1,127 @@
+"""Muon (Jordan et al., 2024) for the layers' weight matrices, AdamW for the rest (``train.optimizer = "muon"``).
+
+Muon updates the 2-D weights inside the encoder and decoder layers (attention projections, feed-forward;
+:func:`muon_parameter`), AdamW the rest (the shared embedding, which is also the output projection, biases,
+layer norms), as Muon's authors prescribe. Muon replaces a matrix's momentum by the nearest
+semi-orthogonal matrix (Newton-Schulz iterations), so every direction of the update moves at the same rate.
+The update is scaled as ``torch.optim.Muon``'s ``match_rms_adamw`` does (Liu et al., 2025, "Muon is Scalable
+for LLM Training"): its RMS is that of AdamW's, so one learning rate and one schedule drive both halves.
+The step is torch's Muon step but for one thing: torch runs the Newton-Schulz iterations in bf16, which a
+CPU without native bf16 (AVX2) emulates about 20x slower; :func:`orthogonalize` runs them in fp32. For
+the ``small`` model that is 4.28 GFLOP per update, about 100 ms on one CPU core (bench/optimizer_step.py). So that it
+falls with more processes, the matrices are stacked by shape and each rank orthogonalizes a share of every stack
+(:func:`orthogonalize_shared`), as modded-nanogpt's distributed Muon does.
+
+Both halves are one ``torch.optim.Optimizer``, :class:`MuonAdamW`, so the schedule's ``set_lr``, gradient
+clipping and the checkpoint's optimizer state need no special case: its parameter groups *are* the inner
+AdamW's group (the same dict object) and the Muon group, and the AdamW shares its ``state``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .distributed import Dist
+
+MUON_MOMENTUM = 0.95  # Muon's default Nesterov momentum
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # the quintic of Jordan et al. (torch.optim.Muon's default)
+NS_STEPS = 5
+
+
+def orthogonalize(update: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-7) -> torch.Tensor:
+    """About ``U V^T`` for each ``U S V^T`` in ``update`` (singular values pushed into roughly [0.7, 1.2]) by
+    Newton-Schulz iterations, in fp32. ``update``: (..., A, B) -> (..., A, B), a stack of matrices at once."""
+    a, b, c = NS_COEFFICIENTS
+    x = update.float()
+    tall = x.shape[-2] > x.shape[-1]
+    if tall:
+        x = x.mT  # (..., min, max): the Gram matrix below is the small one
+    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)  # spectral norm <= Frobenius norm = 1
+    for _ in range(steps):
+        gram = x @ x.mT  # (..., min, min)
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return (x.mT if tall else x).to(update.dtype)
+
+
+def orthogonalize_shared(updates: list[torch.Tensor], ctx: Dist) -> list[torch.Tensor]:
+    """:func:`orthogonalize` every matrix of ``updates``, the work split over ``ctx``'s ranks.
+
+    Every rank holds the same ``updates`` (the gradients are all-reduced). Matrices of one shape are
+    stacked, each rank orthogonalizes its slice of every stack, and one all-gather gives every rank all
+    the results, bit for bit the same on each."""
+    shapes: dict[tuple[int, int], list[int]] = {}
+    for i, u in enumerate(updates):
+        shapes.setdefault(tuple(u.shape), []).append(i)
+    world, rank = ctx.world_size, ctx.rank
+    mine = []
+    for shape, indices in shapes.items():
+        per_rank = -(-len(indices) // world)
+        stack = torch.stack([updates[i] for i in indices])  # (n, A, B)
+        stack = torch.cat([stack, stack.new_zeros(per_rank * world - len(indices), *shape)])  # (world·per_rank, A, B)
+        mine.append(orthogonalize(stack[rank * per_rank:(rank + 1) * per_rank]))  # (per_rank, A, B)
+    if world > 1:
+        flat = torch.cat([m.flatten() for m in mine])
+        gathered = [torch.empty_like(flat) for _ in range(world)]
+        dist.all_gather(gathered, flat)
+        parts = [g.split([m.numel() for m in mine]) for g in gathered]  # [rank][shape] flat slices
+        mine = [torch.cat([parts[r][k] for r in range(world)]).view(-1, *m.shape[1:]) for k, m in enumerate(mine)]
+    out: list[torch.Tensor] = [torch.empty(0)] * len(updates)
+    for (shape, indices), done in zip(shapes.items(), mine):
+        for i, matrix in zip(indices, done):  # the zero padding at the end is left out
+            out[i] = matrix
+    return out
+
+
+def muon_parameter(name: str, param: torch.Tensor) -> bool:
+    """Whether Muon updates ``param``: a matrix inside an encoder or decoder layer. The embedding (tied to
+    the output projection) stays with AdamW: it is a lookup table, not a linear map of the hidden state."""
+    return param.ndim == 2 and ".layers." in f".{name}"
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """Muon over ``muon_params``, AdamW over ``adam_params``; one optimizer for the trainer and checkpoints."""
+
+    def __init__(self, muon_params: list[torch.Tensor], adam_params: list[torch.Tensor], *, betas, eps: float,
+                 weight_decay: float, momentum: float = MUON_MOMENTUM, ctx: Dist | None = None):
+        if not muon_params:
+            raise ValueError("Muon has no matrices to update: the model has no encoder or decoder layers")
+        muon_group = {"params": list(muon_params), "kind": "muon", "lr": 0.0, "momentum": momentum,
+                      "weight_decay": weight_decay}
+        adam_group = {"params": list(adam_params), "kind": "adamw"}
+        super().__init__([muon_group, adam_group], defaults={})
+        self.ctx = ctx or Dist()  # ranks that share the Newton-Schulz work
+        self.adamw = torch.optim.AdamW([adam_group], lr=0.0, betas=tuple(betas), eps=eps,
+                                       weight_decay=weight_decay, fused=True)
+        self._share()
+
+    def _share(self) -> None:
+        """Point the inner AdamW at this one's group and state (again after ``load_state_dict``)."""
+        self.adamw.param_groups = [g for g in self.param_groups if g["kind"] == "adamw"]
+        self.adamw.state = self.state
+
+    def load_state_dict(self, state_dict) -> None:
+        super().load_state_dict(state_dict)
+        self._share()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        if closure is not None:
+            raise ValueError("MuonAdamW.step takes no closure")
+        for group in self.param_groups:
+            if group["kind"] != "muon":
+                continue
+            lr, momentum, decay = group["lr"], group["momentum"], group["weight_decay"]
+            params = [p for p in group["params"] if p.grad is not None]
+            nesterov = []
+            for p in params:
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                buf = state["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - momentum)
+                nesterov.append(p.grad.lerp(buf, momentum))
+            for p, update in zip(params, orthogonalize_shared(nesterov, self.ctx)):
+                p.mul_(1 - lr * decay)
+                p.add_(update, alpha=-lr * 0.2 * max(p.shape) ** 0.5)  # AdamW's RMS (match_rms_adamw)
+        self.adamw.step()
