@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 JOBS ?= 2
 
-.PHONY: setup jemalloc test demo multi30k bench clean
+.PHONY: setup jemalloc lint test demo multi30k bench clean
 # demo training budget in minutes; e.g. `make demo DEMO_MINUTES=3` for a quick look
 DEMO_MINUTES ?= 15
 # Multi30k target language (de or fr), seed, and LOWERCASE=true for the papers' lowercased text
@@ -45,6 +45,11 @@ jemalloc:
 	       "install libjemalloc2 or set TRANSDUCE_JEMALLOC=/path/to/libjemalloc.so.2"; \
 	fi; \
 	rm -rf $$tmp
+
+# style: ruff (pinned in pyproject.toml's dev extra), lint rules and formatting
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) -q

@@ -325,11 +325,11 @@ def test_separate_vocabularies_export_and_round_trip(corpus, tmp_path, tie):
 
 
 def test_test_file_translations_identical_across_toolkits(tiny_model_dir, tmp_path):
-    """Greedy fp32 translations of Multi30k test sentences by the trained tiny model: transduce's
+    """Greedy fp32 translations of the test corpus's sentences by the trained tiny model: transduce's
     Translator, the CTranslate2 export and the HF export give the same text (differences are counted)."""
     from transduce.api import load
 
-    lines = read_lines("test_2016_flickr", "en", 40)
+    lines = read_corpus("test", "en", 40)
     ours = load(tiny_model_dir).translate(lines, beam=1)
     assert main(["export", "--to", "ct2", "--model", str(tiny_model_dir), "--out", str(tmp_path / "ct2")]) == 0
     assert main(["export", "--to", "hf", "--model", str(tiny_model_dir), "--out", str(tmp_path / "hf")]) == 0
