@@ -20,6 +20,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from collections import deque
@@ -192,22 +194,37 @@ def _build_splits(corpus: Corpus, settings: BuildSettings, out: Path, workdir: P
                   processes: int | None) -> tuple[dict, Vocabs, int]:
     """Stage every split, train the vocabulary, encode and write every split; returns the manifest's
     split entries, the vocabularies and how many pairs BPE learnt from."""
-    staged = {}
+    staged, clock = {}, Clock()
     for name, split in corpus.splits.items():
         skipped = split.skipped if isinstance(split, SplitText) else {}
         staged[name] = stage_split(name, split_sources(split, settings.skip_invalid), skipped, workdir,
                                    dedup=settings.filters.dedup and name == "train")
+        clock.lap(f"read {name}: {staged[name].read:,} pairs")
     if not sum(int(c.keep.sum()) for c in staged["train"].corpora):
         raise ValueError(f"{corpus.name}: no training pairs left after reading and filtering")
     vocabs, sampled = train_vocabs(staged["train"], settings, workdir)
     vocabs.save(out / "vocab")
+    clock.lap(f"BPE on {sampled:,} pairs")
     (out / "cache").mkdir()
     stems = (corpus.src_lang, corpus.tgt_lang) if corpus.src_lang != corpus.tgt_lang else ("src", "tgt")
     entries = {}
     for name, split in staged.items():
         entry = encode_split(out, name, split, vocabs, stems, settings.filters if name == "train" else None, processes)
         entries[name] = {"read": split.read, "skipped": split.skipped, "filtered": split.filtered, **entry}
+        clock.lap(f"encoded {name}: {entry['sentences']:,} pairs")
     return entries, vocabs, sampled
+
+
+class Clock:
+    """Prints each step's wall time on stderr."""
+
+    def __init__(self):
+        self.last = time.perf_counter()
+
+    def lap(self, what: str) -> None:
+        now = time.perf_counter()
+        print(f"{what} in {now - self.last:.1f} s", file=sys.stderr, flush=True)
+        self.last = now
 
 
 def build(corpus: Corpus, settings: BuildSettings, out: Path, force: bool = False,

