@@ -74,3 +74,21 @@ def test_wmt14_download_extract_and_build(mirror, tmp_path, capsys):
              str(tmp_path / "d2")]
     assert main(fresh) == 2
     assert "dev.tgz: download failed" in capsys.readouterr().err
+
+
+def test_wmt14_recipes_carry_the_papers_settings():
+    from pathlib import Path
+
+    from transduce.model import ModelConfig
+    from transduce.train.config import load_config
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    for name, preset, steps, dropout, d_model in (("base", "paper-base", 100_000, 0.1, 512),
+                                                  ("big", "paper-big", 300_000, 0.3, 1024)):
+        cfg, model = load_config(configs / f"wmt14-en-de-{name}.toml")
+        assert (cfg.schedule, cfg.warmup, cfg.adam_betas, cfg.adam_eps, cfg.lr_scale) == ("rsqrt", 4000, [0.9, 0.98],
+                                                                                          1e-9, 1.0)
+        assert cfg.max_tokens * 8 == 25_000 and cfg.max_steps == steps and cfg.save_every_minutes == 10.0
+        assert cfg.keep_last >= {"base": 5, "big": 20}[name] and cfg.bleu_beam == 4
+        m = ModelConfig.preset(model["preset"], vocab_size=37000)
+        assert model["preset"] == preset and (m.dropout, m.d_model, m.label_smoothing) == (dropout, d_model, 0.1)
