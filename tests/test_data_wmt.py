@@ -60,6 +60,7 @@ def test_wmt14_download_extract_and_build(mirror, tmp_path, capsys):
     assert [c["name"] for c in train["corpora"]] == list(TRAIN)
     assert train["read"] == 180 and train["filtered"]["duplicate"] == 20  # de-duplicated across corpora by default
     assert [c["written"] for c in train["corpora"]] == [60, 50, 100]
+    assert m["settings"]["filters"] == {"max_tokens_per_sentence": 250, "max_ratio": 1.5, "dedup": True}
     assert m["weights"] == {"europarl": 1.0, "commoncrawl": 1.0, "news-commentary": 2.0}
     assert len(data.split("newstest2013")) == 20
     test = data.split("newstest2014")

@@ -90,7 +90,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--url-base", help="download the archives from here instead of statmt.org (file:// works)")
     p.add_argument("--weight", action="append", default=[], metavar="CORPUS=W",
                    help=f"weight of a training corpus ({', '.join(wmt.TRAIN)}; default 1 each)")
+    p.add_argument("--keep-duplicates", dest="dedup", action="store_false", help="do not drop repeated pairs")
     _common(p)
+    p.description = ("Defaults for WMT14 (the paper's shared BPE of about 37,000 pieces, fairseq's cleaning): "
+                     "--vocab-size 37000 --max-tokens-per-sentence 250 --max-ratio 1.5, repeated pairs dropped.")
     p.set_defaults(vocab_size=37000, max_tokens_per_sentence=250, max_ratio=1.5, dedup=True)
     p = sub.add_parser("files", help="your own text: two line-aligned files per split, or one TSV per split")
     for split in ("train", "valid", "test"):
