@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing as mp
 import shutil
 import sys
 import time
@@ -111,11 +112,18 @@ def train_vocabs(train: StagedSplit, settings: BuildSettings, workdir: Path) -> 
     """BPE on a sample of the kept training pairs: one model for both sides (§5.1), or one per side;
     returns them and the number of pairs sampled."""
     src, tgt, sampled = vocab_sample(train, settings.vocab_sample, workdir, settings.lowercase)
-    size, lower = settings.vocab_size, settings.lowercase
-    if settings.separate_vocab:
-        return Vocabs(Vocab.train_files([src], size, lower, True), Vocab.train_files([tgt], size, lower, True)), sampled
-    shared = Vocab.train_files([src, tgt], size, lower, True)
-    return Vocabs(shared, shared), sampled
+    inputs = [[src], [tgt]] if settings.separate_vocab else [[src, tgt]]
+    # in a child process: SentencePiece's memory (the sample, its counts) leaves with it instead of staying in
+    # this process' heap, where the encoding workers forked later would each count it again
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    with ctx.Pool(1) as pool:
+        protos = pool.starmap(_bpe, [(paths, settings.vocab_size, settings.lowercase) for paths in inputs])
+    vocabs = [Vocab(proto, settings.lowercase) for proto in protos]
+    return Vocabs(vocabs[0], vocabs[-1]), sampled
+
+
+def _bpe(paths: list[Path], size: int, lowercase: bool) -> bytes:
+    return Vocab.train_files(paths, size, lowercase, already_lowercased=True).proto
 
 
 class SplitWriter:
