@@ -69,3 +69,18 @@ def test_model_evaluation_and_perplexity(tiny_model_dir, tmp_path, capsys):
                  "--ref", str(tmp_path / "r.fr"), "--beam", "2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["bleu"] == result["bleu"] and data["ref_perplexity"] == result["ref_perplexity"]
+
+
+def test_paper_bleu_splits_compounds_as_get_ende_bleu():
+    from transduce.evaluate import compound_split
+
+    assert compound_split(["Die EU-Kommission traf sich im Bund-Länder-Ausschuss \"heute\".", "x-y-z"], "de") == [
+        "Die EU ##AT##-##AT## Kommission traf sich im Bund ##AT##-##AT## Länder ##AT##-##AT## Ausschuss "
+        "&quot; heute &quot; .", "x ##AT##-##AT## y-z"]  # perl's s{(\S)-(\S)}{...}g does not rescan "y"
+    hyps, refs = ["Die Kommission tagte heute in Berlin ."], ["Die EU-Kommission tagte heute in Berlin ."]
+    got = score_translations(hyps, refs, "de")
+    split = ["Die EU ##AT##-##AT## Kommission tagte heute in Berlin ."]
+    assert got["tok_bleu_compound"] == round(sacrebleu.corpus_bleu(
+        compound_split(hyps, "de"), [split], tokenize="none", force=True).score, 2)
+    whole = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True)
+    assert whole.precisions[0] < 100 and " 100.0/" in got["tok_bleu_compound_detail"]  # "Kommission" now matches

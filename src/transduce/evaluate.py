@@ -9,6 +9,10 @@ Reports
 * **tok-lc BLEU** — the BLEU Multi30k papers report: Moses-tokenised (sacremoses) and
   lowercased BLEU-4, computed by sacreBLEU on those pre-tokenised strings with
   ``tokenize='none'``; comparable with published Multi30k tables, not with sacreBLEU;
+* **tok BLEU, compounds split** — the figure the paper reports for WMT14 (tensor2tensor's
+  ``get_ende_bleu.sh``): Moses-tokenised (escaping as ``tokenizer.perl``), cased, every hyphen between
+  two non-spaces written ``##AT##-##AT##`` so a German compound counts as its parts, BLEU-4 as
+  ``multi-bleu.perl`` (sacreBLEU with ``tokenize='none'``); comparable with the paper's 27.3 / 28.4;
 * **reference perplexity** — exp(mean NLL per target token incl. eos) when a model is given.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -33,6 +38,15 @@ def moses_lower(lines: list[str], lang: str) -> list[str]:
     return [tok.tokenize(line, escape=False, return_str=True).lower() for line in lines]
 
 
+COMPOUND = re.compile(r"(\S)-(\S)")
+
+
+def compound_split(lines: list[str], lang: str) -> list[str]:
+    """Moses-tokenise (with escaping) and split compounds as ``get_ende_bleu.sh``: ``a-b`` -> ``a ##AT##-##AT## b``."""
+    tok = MosesTokenizer(lang=lang)
+    return [COMPOUND.sub(r"\1 ##AT##-##AT## \2", tok.tokenize(line, return_str=True)) for line in lines]
+
+
 def score_translations(hyps: list[str], refs: list[str], lang: str) -> dict:
     """Corpus scores of ``hyps`` against one reference each; ``lang`` is the target language
     (for the Moses tokeniser). Returns a JSON-ready dict."""
@@ -44,12 +58,16 @@ def score_translations(hyps: list[str], refs: list[str], lang: str) -> dict:
     b = bleu.corpus_score(hyps, [refs])
     c = chrf.corpus_score(hyps, [refs])
     t = tok_bleu.corpus_score(moses_lower(hyps, lang), [moses_lower(refs, lang)])
+    split = tok_bleu.corpus_score(compound_split(hyps, lang), [compound_split(refs, lang)])
     return {
         "sentences": len(hyps),
         "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()), "bleu_detail": str(b),
         "chrf": round(c.score, 2), "chrf_signature": str(chrf.get_signature()),
         "tok_lc_bleu": round(t.score, 2), "tok_lc_bleu_detail": str(t),
         "tok_lc_bleu_note": f"sacremoses-tokenised ({lang}), lowercased BLEU-4 (Multi30k papers' figure)",
+        "tok_bleu_compound": round(split.score, 2), "tok_bleu_compound_detail": str(split),
+        "tok_bleu_compound_note": f"sacremoses-tokenised ({lang}), cased, compounds split (##AT##-##AT##), "
+                                  "BLEU-4: the paper's WMT14 figure (tensor2tensor get_ende_bleu.sh)",
     }
 
 
@@ -134,6 +152,7 @@ def run(args) -> int:
     print(f"sacreBLEU   {result['bleu']:6.2f}  {result['bleu_signature']}")
     print(f"chrF        {result['chrf']:6.2f}  {result['chrf_signature']}")
     print(f"tok-lc BLEU {result['tok_lc_bleu']:6.2f}  ({result['tok_lc_bleu_note']})")
+    print(f"tok BLEU    {result['tok_bleu_compound']:6.2f}  ({result['tok_bleu_compound_note']})")
     if "ref_perplexity" in result:
         print(f"ref ppl     {result['ref_perplexity']:8.3f}  over {result['ref_tokens']} reference tokens")
     print(result["bleu_detail"], file=sys.stderr)

@@ -57,8 +57,8 @@ class TokenBatches:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1} (world_size {world_size})")
         self.split, self.max_tokens, self.seed, self.shuffle = split, max_tokens, seed, shuffle
         self.rank, self.world_size = rank, world_size
-        self.src_len = split.src.lengths + 1  # (N,) ids + eos
-        self.tgt_len = split.tgt.lengths + 2  # (N,) bos + ids + eos
+        self.src_len = (split.src.lengths + 1).astype(np.int32)  # (N,) ids + eos
+        self.tgt_len = (split.tgt.lengths + 2).astype(np.int32)  # (N,) bos + ids + eos
         self.width = np.maximum(self.src_len, self.tgt_len)  # (N,)
         if len(split) and self.width.max() > max_tokens:
             i = int(self.width.argmax())
@@ -77,12 +77,7 @@ class TokenBatches:
         order = rng.permutation(len(self.split)) if self.shuffle else np.arange(len(self.split))
         # sort by max(S, T), then T, then S; np.lexsort is stable, so exact ties keep the shuffled order
         order = order[np.lexsort((self.src_len[order], self.tgt_len[order], self.width[order]))]
-        batches, start = [], 0
-        for end in range(1, len(order) + 1):
-            if end < len(order) and (end + 1 - start) * self.width[order[end]] <= self.max_tokens:
-                continue
-            batches.append(order[start:end])
-            start = end
+        batches = [order[a:b] for a, b in _greedy_bounds(self.width[order], self.max_tokens)]
         while len(batches) % self.world_size:
             big = max(range(len(batches)), key=lambda b: len(batches[b]))
             if len(batches[big]) < 2:
@@ -117,6 +112,24 @@ class TokenBatches:
             real += int(self.src_len[idx].sum() + self.tgt_len[idx].sum())
             slots += len(idx) * int(self.src_len[idx].max() + self.tgt_len[idx].max())
         return 1 - real / slots if slots else 0.0
+
+
+def _greedy_bounds(widths: np.ndarray, max_tokens: int) -> list[tuple[int, int]]:
+    """(start, end) of each batch when ``widths`` (N,), non-decreasing, are filled greedily: a batch
+    grows while (its size + 1) × the next width fits ``max_tokens``. Each end is found by binary
+    search (size × width of the last grows with the end), so the cost is per batch, not per sentence."""
+    bounds, start, n = [], 0, len(widths)
+    while start < n:
+        lo, hi = start + 1, min(n, start + max(1, max_tokens // int(widths[start])))  # the end lies in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if (mid - start) * int(widths[mid - 1]) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        bounds.append((start, lo))
+        start = lo
+    return bounds
 
 
 def _padded(arr: TokenArray, idx: np.ndarray, bos: bool) -> np.ndarray:

@@ -10,10 +10,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+import numpy as np
 
 from ..config import check
-from .corpora import SplitText
 
 
 @dataclass
@@ -28,40 +27,18 @@ class FilterSettings:
         check(self.max_ratio is None or self.max_ratio >= 1, "max_ratio", f"must be >= 1, got {self.max_ratio}")
 
 
-def select(split: SplitText, keep: Sequence[int]) -> SplitText:
-    return SplitText([split.src[i] for i in keep], [split.tgt[i] for i in keep], dict(split.skipped))
-
-
-def text_filters(split: SplitText, dedup: bool) -> tuple[SplitText, dict[str, int]]:
-    """Drop empty pairs, then (``dedup``) repeated pairs, keeping the first occurrence."""
-    keep, seen, counts = [], set(), {"empty": 0}
-    if dedup:
-        counts["duplicate"] = 0
-    for i, (s, t) in enumerate(zip(split.src, split.tgt)):
-        if not s.strip() or not t.strip():
-            counts["empty"] += 1
-        elif dedup and (s, t) in seen:
-            counts["duplicate"] += 1
-        else:
-            seen.add((s, t))
-            keep.append(i)
-    return select(split, keep), counts
-
-
-def token_filters(src_lengths: Sequence[int], tgt_lengths: Sequence[int],
-                  settings: FilterSettings) -> tuple[list[int], dict[str, int]]:
-    """Indices of pairs within ``max_tokens_per_sentence`` and ``max_ratio``, and how many each filter removed."""
-    keep, counts = [], {}
-    limit = settings.max_tokens_per_sentence
-    if limit is not None:
-        counts["too_long"] = 0
+def token_filters(src_lengths: np.ndarray, tgt_lengths: np.ndarray, settings: FilterSettings,
+                  counts: dict[str, int]) -> np.ndarray:
+    """(B,) bool: pairs within ``max_tokens_per_sentence`` and ``max_ratio`` (lengths (B,) in subword
+    tokens); adds how many each filter removed to ``counts`` (a pair too long is not also counted for ratio)."""
+    longer, shorter = np.maximum(src_lengths, tgt_lengths), np.minimum(src_lengths, tgt_lengths)  # (B,)
+    keep = np.ones(len(longer), dtype=bool)
+    if settings.max_tokens_per_sentence is not None:
+        too_long = longer > settings.max_tokens_per_sentence
+        counts["too_long"] = counts.get("too_long", 0) + int(too_long.sum())
+        keep &= ~too_long
     if settings.max_ratio is not None:
-        counts["ratio"] = 0
-    for i, (s, t) in enumerate(zip(src_lengths, tgt_lengths)):
-        if limit is not None and max(s, t) > limit:
-            counts["too_long"] += 1
-        elif settings.max_ratio is not None and max(s, t) / max(1, min(s, t)) > settings.max_ratio:
-            counts["ratio"] += 1
-        else:
-            keep.append(i)
-    return keep, counts
+        ratio = keep & (longer / np.maximum(1, shorter) > settings.max_ratio)
+        counts["ratio"] = counts.get("ratio", 0) + int(ratio.sum())
+        keep &= ~ratio
+    return keep

@@ -7,13 +7,10 @@ Files ``{train,val,test_2016_flickr}.{en,de,fr}.gz`` as published in the dataset
 
 from __future__ import annotations
 
-import shutil
-import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from .corpora import Corpus, pair_lines
+from .download import fetch
 from .reading import read_aligned
 
 URL_BASE = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
@@ -30,19 +27,7 @@ def download(names: list[str], url_base: str, target: Path) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     base = url_base if url_base.endswith("/") else url_base + "/"
     for name in names:
-        path = target / name
-        if path.is_file():
-            continue
-        url = base + name
-        print(f"downloading {url}", file=sys.stderr)
-        partial = path.with_suffix(".partial")
-        try:
-            with urllib.request.urlopen(url, timeout=60) as response, open(partial, "wb") as out:
-                shutil.copyfileobj(response, out)
-        except (urllib.error.URLError, OSError) as e:
-            partial.unlink(missing_ok=True)
-            raise FileNotFoundError(f"{url}: download failed ({e})") from None
-        partial.rename(path)  # a half-downloaded file never looks complete
+        fetch(base + name, target / name)
     return target
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import io
 import json
+import tempfile
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import sentencepiece as spm
 
@@ -38,17 +39,30 @@ class Vocab:
 
     @classmethod
     def train(cls, sentences: Iterable[str], size: int, lowercase: bool = False) -> "Vocab":
-        """Train a BPE model of ``size`` pieces on already NFC-normalised sentences.
+        """Train a BPE model of ``size`` pieces on already NFC-normalised sentences (see :meth:`train_files`)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "sentences.txt"
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                f.writelines((s.lower() if lowercase else s) + "\n" for s in sentences)
+            return cls.train_files([path], size, lowercase, already_lowercased=True)
 
-        Every sentence is used in the given order (no sampling, no shuffling) and BPE
-        merges are deterministic, so the same input gives a byte-identical model.
-        Text is kept as is (identity normalisation, spaces preserved) so decoding
-        returns the input exactly for text in the training alphabet. ``lowercase``: train on
-        ``str.lower()`` of each sentence (which keeps ß, unlike case folding) and lowercase on encode.
+    @classmethod
+    def train_files(cls, paths: list[Path], size: int, lowercase: bool = False,
+                    already_lowercased: bool = False) -> "Vocab":
+        """Train a BPE model of ``size`` pieces on the lines of ``paths`` (NFC text, one sentence a line).
+
+        Every line is used in the given order (no sampling, no shuffling: :mod:`.staging` draws the
+        sample) and BPE merges are deterministic, so the same input gives a byte-identical model.
+        Text is kept as is (identity normalisation, spaces preserved) so decoding returns the input
+        exactly for text in the training alphabet. ``lowercase``: a vocabulary that lowercases on
+        encode, trained on ``str.lower()`` of each line (which keeps ß, unlike case folding); pass
+        ``already_lowercased`` when the files are lowercased already.
         """
         buffer = io.BytesIO()
+        if lowercase and not already_lowercased:
+            raise ValueError("train_files(lowercase=True) needs lowercased files (already_lowercased=True)")
         spm.SentencePieceTrainer.train(
-            sentence_iterator=(s.lower() if lowercase else s for s in sentences),
+            sentence_iterator=_lines(paths),  # not input=: the model would record the paths
             model_writer=buffer, vocab_size=size, model_type="bpe",
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             character_coverage=1.0, normalization_rule_name="identity", remove_extra_whitespaces=False,
@@ -133,6 +147,13 @@ class Vocabs:
     @property
     def lowercase(self) -> bool:
         return self.src.lowercase
+
+
+def _lines(paths: list[Path]) -> Iterator[str]:
+    for path in paths:
+        with open(path, "rb") as f:  # binary: only b"\n" ends a line (a text-mode file also splits at \r)
+            for line in f:
+                yield line.removesuffix(b"\n").decode()
 
 
 def _need(path: Path) -> Path:
