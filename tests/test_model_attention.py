@@ -10,8 +10,11 @@ from transduce.model.attention import MultiHeadAttention, attention_fast, attent
 
 def qkv(B=2, h=3, T=5, S=7, d=8, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(B, h, T, d, generator=g), torch.randn(B, h, S, d, generator=g),
-            torch.randn(B, h, S, d, generator=g))
+    return (
+        torch.randn(B, h, T, d, generator=g),
+        torch.randn(B, h, S, d, generator=g),
+        torch.randn(B, h, S, d, generator=g),
+    )
 
 
 def test_reference_is_the_formula():
@@ -152,9 +155,8 @@ def test_written_out_training_attention_equals_the_kernels():
     q16, k16 = q.bfloat16(), k.bfloat16()  # the scores: fp32 from bf16 inputs, not bf16-rounded
     scores_fp32 = q16.float() @ k16.float().transpose(-2, -1) / math.sqrt(8)
     out = attention_written_out(q16, k16, v.bfloat16())
-    expected = (torch.softmax(scores_fp32, -1).bfloat16() @ v.bfloat16())
+    expected = torch.softmax(scores_fp32, -1).bfloat16() @ v.bfloat16()
     assert torch.equal(out, expected)
-
 
 
 def test_written_out_with_bf16_scores_rounds_q_k_products_to_bf16_and_the_trainer_accepts_it():
@@ -173,8 +175,9 @@ def test_written_out_with_bf16_scores_rounds_q_k_products_to_bf16_and_the_traine
     assert torch.equal(attention_written_out(q, k, v, mask, fp32_scores=False), expected)
     assert not torch.equal(expected, attention_written_out(q, k, v, mask))  # the fp32-score path differs
     q32, k32, v32 = qkv(T=6, S=6)
-    assert torch.equal(attention_written_out(q32, k32, v32, mask, fp32_scores=False),
-                       attention_written_out(q32, k32, v32, mask))
+    assert torch.equal(
+        attention_written_out(q32, k32, v32, mask, fp32_scores=False), attention_written_out(q32, k32, v32, mask)
+    )
     torch.manual_seed(0)
     layer = MultiHeadAttention(24, 3, self_attention=True).eval()
     x = torch.randn(2, 6, 24)
@@ -189,6 +192,7 @@ def test_written_out_with_bf16_scores_rounds_q_k_products_to_bf16_and_the_traine
     assert build(TrainConfig, config).attention_kernel == "written-bf16"
     with pytest.raises(ConfigError, match="attention_kernel"):
         build(TrainConfig, {**config, "attention_kernel": "written-fp8"})
+
 
 @pytest.mark.parametrize("T", [5, 12, 15, 16, 24])
 def test_softmax_last_matches_torch_values_and_gradients_with_masked_keys(T):

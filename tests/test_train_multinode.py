@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_data_streaming import pair
+from test_train_run import write_config
 
 from transduce.cli import main as cli_main
 from transduce.train.checkpoint import list_checkpoints
-
-from test_data_streaming import pair
-from test_train_run import write_config
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 8
@@ -36,20 +35,65 @@ def small_data(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("pairs")
     for side, lang in ((0, "en"), (1, "de")):
         (root / f"train.{lang}").write_text("".join(pair(i)[side] + "\n" for i in range(600)))
-    assert cli_main(["prepare", "files", "--src-file", str(root / "train.en"), "--tgt-file", str(root / "train.de"),
-                     "--src-lang", "en", "--tgt-lang", "de", "--vocab-size", "120", "--out", str(root / "data")]) == 0
+    assert (
+        cli_main(
+            [
+                "prepare",
+                "files",
+                "--src-file",
+                str(root / "train.en"),
+                "--tgt-file",
+                str(root / "train.de"),
+                "--src-lang",
+                "en",
+                "--tgt-lang",
+                "de",
+                "--vocab-size",
+                "120",
+                "--out",
+                str(root / "data"),
+            ]
+        )
+        == 0
+    )
     return root / "data"
 
 
 def launch(config: Path, port: int, job: str, *extra: str) -> list[subprocess.Popen]:
     """Two torchrun agents (node 0 and node 1), each in its own process group, like two machines."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
-           "TRANSDUCE_NATIVE_LOSS": "0", "TRANSDUCE_NATIVE_DROPOUT": "0"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
-           "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_id={job}", "--local_addr=127.0.0.1",
-           "--max_restarts=0", "-m", "transduce", "train", str(config), "--set", "model.dropout=0.0", *extra]
-    return [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                             text=True) for _ in range(2)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO / "src"),
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+        "TRANSDUCE_NATIVE_LOSS": "0",
+        "TRANSDUCE_NATIVE_DROPOUT": "0",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc_per_node=1",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint=127.0.0.1:{port}",
+        f"--rdzv_id={job}",
+        "--local_addr=127.0.0.1",
+        "--max_restarts=0",
+        "-m",
+        "transduce",
+        "train",
+        str(config),
+        "--set",
+        "model.dropout=0.0",
+        *extra,
+    ]
+    return [
+        subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True
+        )
+        for _ in range(2)
+    ]
 
 
 def finish(nodes: list[subprocess.Popen], timeout: float = 120) -> list[str]:
@@ -90,7 +134,7 @@ def test_two_nodes_killed_and_resumed_end_like_an_uninterrupted_run(small_data, 
     outs = finish(launch(kill_cfg, free_port(), "resume", "--resume"))
     assert "resumed from" in outs[0] + outs[1]
     last = f"checkpoints/step_{STEPS:08d}"
-    assert (load_file(str(tmp_path / "ref" / last / "model.safetensors"))["src_embed.token.weight"].shape[0] == 120)
+    assert load_file(str(tmp_path / "ref" / last / "model.safetensors"))["src_embed.token.weight"].shape[0] == 120
     for name in ("model.safetensors", "optimizer.safetensors"):
         ref = load_file(str(tmp_path / "ref" / last / name))
         got = load_file(str(tmp_path / "kill" / last / name))

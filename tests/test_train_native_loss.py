@@ -10,8 +10,10 @@ import torch
 from transduce.train import native_loss
 from transduce.train.loss import ProjectedSmoothedCrossEntropy, projected_rdrop_loss, rdrop_loss
 
-pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
-                                reason="no C++ compiler: training uses the tensor-op loss")
+pytestmark = pytest.mark.skipif(
+    shutil.which("c++") is None and shutil.which("g++") is None,
+    reason="no C++ compiler: training uses the tensor-op loss",
+)
 
 
 @pytest.fixture(autouse=True)

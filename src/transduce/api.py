@@ -12,9 +12,14 @@ from .decode.translator import DTYPES, Translator, for_decoding
 from .modeldir import load_model_dir
 
 
-def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str = "fp32",
-         ensemble: list[str | Path] | tuple = (), native: bool = False,
-         channel: str | Path | None = None) -> Translator:
+def load(
+    model_dir: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: str = "fp32",
+    ensemble: list[str | Path] | tuple = (),
+    native: bool = False,
+    channel: str | Path | None = None,
+) -> Translator:
     """Load a model directory (plus optional ``ensemble`` members) for translation.
 
     ``dtype`` is ``"fp32"``, ``"bf16"`` (weights and activations; scores are computed in fp32) or
@@ -66,7 +71,11 @@ def _native(model, dtype: str, device: torch.device):
     why = native.supports(model)
     fast = native.native_step(model, int8=int8) if why is None else None
     if fast is None:
-        warnings.warn(f"native decoder step not used ({why or 'the extension could not be built'}); "
-                      "decoding with the Python step", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"native decoder step not used ({why or 'the extension could not be built'}); "
+            "decoding with the Python step",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return for_decoding(model, dtype, device) if int8 else model
     return fast

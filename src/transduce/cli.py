@@ -24,9 +24,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "attention": ("transduce.viz.attention", "draw attention heatmaps for a sentence"),
     "plot": ("transduce.viz.plots", "plot the paper's arguments: positions, schedule, masks, curves"),
     "complexity": ("transduce.viz.complexity", "measure Table 1: cost of attention, recurrent, convolutional layers"),
-    "serve": ("transduce.serve.server", "serve models over HTTP: the LibreTranslate API, its own API under /v1, a web page"),
+    "serve": (
+        "transduce.serve.server",
+        "serve models over HTTP: the LibreTranslate API, its own API under /v1, a web page",
+    ),
     "export": ("transduce.interop.export", "export a model directory to CTranslate2 or HuggingFace MarianMT"),
-    "import": ("transduce.interop.import_marian", "import an OPUS-MT or MarianMT model: a directory, a release .zip, or a hub name"),
+    "import": (
+        "transduce.interop.import_marian",
+        "import an OPUS-MT or MarianMT model: a directory, a release .zip, or a hub name",
+    ),
     "recipe": ("transduce.recipe", "prepare, train, average and evaluate from one recipe TOML"),
     "demo": ("transduce.demo", "the demo: Bible en-de from PyPI, trained for minutes, scored, shown"),
 }

@@ -22,11 +22,17 @@ def build(name: str, source: Path, switch: str, what: str, fallback: str, header
     # torch rebuilds when the source or the flags change, not a header: a define that changes with them
     digest = hashlib.sha1(b"".join(h.read_bytes() for h in headers)).hexdigest()[:12]
     try:  # -ffast-math lets the exp loops vectorise (glibc's libmvec)
-        return cpp_extension.load(name=name, sources=[str(source)],
-                                  extra_cflags=["-O3", "-ffast-math", *arch, f"-DTRANSDUCE_HEADERS={digest}"],
-                                  verbose=False)
+        return cpp_extension.load(
+            name=name,
+            sources=[str(source)],
+            extra_cflags=["-O3", "-ffast-math", *arch, f"-DTRANSDUCE_HEADERS={digest}"],
+            verbose=False,
+        )
     except Exception as err:  # no compiler, no headers
         first = str(err).splitlines()[0] if str(err) else ""
-        warnings.warn(f"transduce: {what} could not be built ({type(err).__name__}: {first}); {fallback}",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"transduce: {what} could not be built ({type(err).__name__}: {first}); {fallback}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return None

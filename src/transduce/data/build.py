@@ -23,10 +23,11 @@ import multiprocessing as mp
 import shutil
 import sys
 import time
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from collections import deque
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -73,14 +74,23 @@ def described_settings(settings: BuildSettings) -> dict[str, Any]:
     else:  # the vocabulary's content, so that a changed model directory rebuilds
         described.update(vocab_size=None, separate_vocab=None, lowercase=None)
         files = sorted((Path(settings.vocab_from) / "vocab").iterdir())
-        described["vocab_from"] = {"path": str(settings.vocab_from),
-                                   "sha256": {p.name: file_sha256(p) for p in files if p.is_file()}}
+        described["vocab_from"] = {
+            "path": str(settings.vocab_from),
+            "sha256": {p.name: file_sha256(p) for p in files if p.is_file()},
+        }
     return described
 
 
 def corpus_key(corpus: Corpus, settings: BuildSettings) -> str:
-    described = {"format": FORMAT, "corpus": corpus.name, "src_lang": corpus.src_lang, "tgt_lang": corpus.tgt_lang,
-                 "inputs": corpus.inputs, "info": corpus.info, "settings": described_settings(settings)}
+    described = {
+        "format": FORMAT,
+        "corpus": corpus.name,
+        "src_lang": corpus.src_lang,
+        "tgt_lang": corpus.tgt_lang,
+        "inputs": corpus.inputs,
+        "info": corpus.info,
+        "settings": described_settings(settings),
+    }
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
 
 
@@ -145,8 +155,13 @@ class SplitWriter:
     def __init__(self, out: Path, name: str, stems: tuple[str, str]):
         self.out, self.files = out, {}
         for side, stem in (("src", stems[0]), ("tgt", stems[1])):
-            self.files.update({f"{side}_text": f"{name}.{stem}", f"{side}_ids": f"cache/{name}.{side}.bin",
-                               f"{side}_offsets": f"cache/{name}.{side}.idx.npy"})
+            self.files.update(
+                {
+                    f"{side}_text": f"{name}.{stem}",
+                    f"{side}_ids": f"cache/{name}.{side}.bin",
+                    f"{side}_offsets": f"cache/{name}.{side}.idx.npy",
+                }
+            )
         self.handles = {k: open(out / self.files[k], "wb") for k in ("src_text", "tgt_text", "src_ids", "tgt_ids")}
         self.lengths: dict[str, list[np.ndarray]] = {"src": [], "tgt": []}
 
@@ -171,21 +186,33 @@ class SplitWriter:
         return {**entry, "files": self.files}
 
 
-def encode_split(out: Path, name: str, split: StagedSplit, vocabs: Vocabs, stems: tuple[str, str],
-                 filters: FilterSettings | None, processes: int | None) -> dict:
+def encode_split(
+    out: Path,
+    name: str,
+    split: StagedSplit,
+    vocabs: Vocabs,
+    stems: tuple[str, str],
+    filters: FilterSettings | None,
+    processes: int | None,
+) -> dict:
     """Second pass: encode every corpus' kept pairs (each as often as its weight says) in parallel
     and write them; ``filters``: the token filters, for training data."""
     writer, texts = SplitWriter(out, name, stems), deque()
     passes = [(c, copy, mask) for c in split.corpora for copy, mask in enumerate(c.copies())]
     if filters is not None:
-        split.filtered.update({k: 0 for k, on in (("too_long", filters.max_tokens_per_sentence),
-                                                  ("ratio", filters.max_ratio)) if on is not None})
+        split.filtered.update(
+            {
+                k: 0
+                for k, on in (("too_long", filters.max_tokens_per_sentence), ("ratio", filters.max_ratio))
+                if on is not None
+            }
+        )
     written = {c.name: 0 for c in split.corpora}
 
     def chunks() -> Iterator[tuple[list[str], list[str]]]:
         for corpus, _, mask in passes:
             for start, src, tgt in corpus.chunks(CHUNK):
-                chosen = np.flatnonzero(mask[start:start + len(src)])
+                chosen = np.flatnonzero(mask[start : start + len(src)])
                 text = ([src[i] for i in chosen], [tgt[i] for i in chosen])
                 texts.append(text)
                 yield text
@@ -206,20 +233,28 @@ def encode_split(out: Path, name: str, split: StagedSplit, vocabs: Vocabs, stems
             bar.update(len(text[0]))
     entry = writer.close()
     if any(c.name for c in split.corpora):
-        entry["corpora"] = [{"name": c.name, "weight": c.weight, "read": c.read, "kept": int(c.keep.sum()),
-                             "written": written[c.name]} for c in split.corpora]
+        entry["corpora"] = [
+            {"name": c.name, "weight": c.weight, "read": c.read, "kept": int(c.keep.sum()), "written": written[c.name]}
+            for c in split.corpora
+        ]
     return entry
 
 
-def _build_splits(corpus: Corpus, settings: BuildSettings, out: Path, workdir: Path,
-                  processes: int | None) -> tuple[dict, Vocabs, int]:
+def _build_splits(
+    corpus: Corpus, settings: BuildSettings, out: Path, workdir: Path, processes: int | None
+) -> tuple[dict, Vocabs, int]:
     """Stage every split, train the vocabulary, encode and write every split; returns the manifest's
     split entries, the vocabularies and how many pairs BPE learnt from."""
     staged, clock = {}, Clock()
     for name, split in corpus.splits.items():
         skipped = split.skipped if isinstance(split, SplitText) else {}
-        staged[name] = stage_split(name, split_sources(split, settings.skip_invalid), skipped, workdir,
-                                   dedup=settings.filters.dedup and name == "train")
+        staged[name] = stage_split(
+            name,
+            split_sources(split, settings.skip_invalid),
+            skipped,
+            workdir,
+            dedup=settings.filters.dedup and name == "train",
+        )
         clock.lap(f"read {name}: {staged[name].read:,} pairs")
     if not sum(int(c.keep.sum()) for c in staged["train"].corpora):
         raise ValueError(f"{corpus.name}: no training pairs left after reading and filtering")
@@ -248,8 +283,9 @@ class Clock:
         self.last = now
 
 
-def build(corpus: Corpus, settings: BuildSettings, out: Path, force: bool = False,
-          processes: int | None = None) -> tuple[dict[str, Any], bool]:
+def build(
+    corpus: Corpus, settings: BuildSettings, out: Path, force: bool = False, processes: int | None = None
+) -> tuple[dict[str, Any], bool]:
     """Build ``out`` from ``corpus`` (or reuse it); returns (manifest, reused). ``processes``: encoding
     workers (default: all cores)."""
     key = corpus_key(corpus, settings)
@@ -268,15 +304,28 @@ def build(corpus: Corpus, settings: BuildSettings, out: Path, force: bool = Fals
     finally:
         shutil.rmtree(workdir)  # staging files are as large as the corpus: never left behind
     hashes = {}
-    for f in [f for e in entries.values() for f in e["files"].values()] + \
-             [f"vocab/{p.name}" for p in sorted((out / "vocab").iterdir())]:
+    for f in [f for e in entries.values() for f in e["files"].values()] + [
+        f"vocab/{p.name}" for p in sorted((out / "vocab").iterdir())
+    ]:
         hashes[f] = file_sha256(out / f)
     manifest = {
-        "format": FORMAT, "key": key, "corpus": corpus.name, "src_lang": corpus.src_lang, "tgt_lang": corpus.tgt_lang,
-        "inputs": corpus.inputs, "settings": described_settings(settings), **corpus.info, "aliases": corpus.aliases,
-        "vocab": {"shared": vocabs.shared, "src_size": len(vocabs.src), "tgt_size": len(vocabs.tgt),
-                  "trained_on_pairs": sampled},
-        "splits": entries, "hashes": hashes,
+        "format": FORMAT,
+        "key": key,
+        "corpus": corpus.name,
+        "src_lang": corpus.src_lang,
+        "tgt_lang": corpus.tgt_lang,
+        "inputs": corpus.inputs,
+        "settings": described_settings(settings),
+        **corpus.info,
+        "aliases": corpus.aliases,
+        "vocab": {
+            "shared": vocabs.shared,
+            "src_size": len(vocabs.src),
+            "tgt_size": len(vocabs.tgt),
+            "trained_on_pairs": sampled,
+        },
+        "splits": entries,
+        "hashes": hashes,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     marker.unlink()

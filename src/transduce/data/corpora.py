@@ -6,8 +6,9 @@ The readers are :mod:`.multi30k`, :mod:`.bible`, :mod:`.userfiles` and :mod:`.wm
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from .reading import Lines
 from .stream import Source

@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections import deque
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 

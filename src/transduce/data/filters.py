@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from ..config import check
@@ -27,8 +28,9 @@ class FilterSettings:
         check(self.max_ratio is None or self.max_ratio >= 1, "max_ratio", f"must be >= 1, got {self.max_ratio}")
 
 
-def token_filters(src_lengths: np.ndarray, tgt_lengths: np.ndarray, settings: FilterSettings,
-                  counts: dict[str, int]) -> np.ndarray:
+def token_filters(
+    src_lengths: np.ndarray, tgt_lengths: np.ndarray, settings: FilterSettings, counts: dict[str, int]
+) -> np.ndarray:
     """(B,) bool: pairs within ``max_tokens_per_sentence`` and ``max_ratio`` (lengths (B,) in subword
     tokens); adds how many each filter removed to ``counts`` (a pair too long is not also counted for ratio)."""
     longer, shorter = np.maximum(src_lengths, tgt_lengths), np.minimum(src_lengths, tgt_lengths)  # (B,)

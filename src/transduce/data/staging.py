@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 from tqdm import tqdm
@@ -24,8 +24,15 @@ from .dedup import Digests, first_occurrences, pair_digest, sampled
 
 def progress(total: int | None, desc: str) -> tqdm:
     """A tqdm bar on stderr, shown only when stderr is a terminal."""
-    return tqdm(total=total, desc=desc, unit=" pairs", unit_scale=True, disable=not sys.stderr.isatty(),
-                mininterval=1.0, file=sys.stderr)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=" pairs",
+        unit_scale=True,
+        disable=not sys.stderr.isatty(),
+        mininterval=1.0,
+        file=sys.stderr,
+    )
 
 
 @dataclass
@@ -86,8 +93,9 @@ def _stage_corpus(name: str, weight: float, pairs: Iterator, stem: Path, split: 
     return StagedCorpus(name, weight, files, kept, np.ones(len(kept), dtype=bool), read)
 
 
-def stage_split(name: str, sources: list[tuple[str, float, Iterator]], skipped: dict[str, int], workdir: Path,
-                dedup: bool) -> StagedSplit:
+def stage_split(
+    name: str, sources: list[tuple[str, float, Iterator]], skipped: dict[str, int], workdir: Path, dedup: bool
+) -> StagedSplit:
     """Stream ``sources`` ((corpus name, weight, pairs), pairs ``None`` where undecodable) into staging
     files under ``workdir``; ``skipped``: pairs already left out by the reader, by reason."""
     split = StagedSplit([], skipped=dict(skipped), filtered={"empty": 0})
@@ -99,7 +107,7 @@ def stage_split(name: str, sources: list[tuple[str, float, Iterator]], skipped: 
         keep = first_occurrences(np.concatenate([c.digests for c in split.corpora]))  # (n,) over all corpora
         start = 0
         for c in split.corpora:
-            c.keep, start = keep[start:start + len(c.digests)], start + len(c.digests)
+            c.keep, start = keep[start : start + len(c.digests)], start + len(c.digests)
         split.filtered["duplicate"] = int(len(keep) - keep.sum())
     return split
 
@@ -115,14 +123,17 @@ def vocab_sample(split: StagedSplit, size: int, workdir: Path, lowercase: bool) 
         chosen[:] = False
         chosen[np.random.default_rng(0).choice(total, size, replace=False)] = True
     paths = (workdir / "sample.src", workdir / "sample.tgt")
-    with open(paths[0], "w", encoding="utf-8", newline="") as fs, open(paths[1], "w", encoding="utf-8", newline="") as ft:
+    with (
+        open(paths[0], "w", encoding="utf-8", newline="") as fs,
+        open(paths[1], "w", encoding="utf-8", newline="") as ft,
+    ):
         offset = 0
         for c, count in zip(split.corpora, counts):
             mine = np.zeros(len(c.keep), dtype=bool)
-            mine[c.keep] = chosen[offset:offset + count]  # (n,) sampled among this corpus' kept pairs
+            mine[c.keep] = chosen[offset : offset + count]  # (n,) sampled among this corpus' kept pairs
             offset += count
             for start, src, tgt in c.chunks(1 << 16):
-                for i in np.flatnonzero(mine[start:start + len(src)]):
+                for i in np.flatnonzero(mine[start : start + len(src)]):
                     fs.write((src[i].lower() if lowercase else src[i]) + "\n")
                     ft.write((tgt[i].lower() if lowercase else tgt[i]) + "\n")
     return paths[0], paths[1], int(chosen.sum())

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import gzip
 import lzma
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from ..config import check
 from .reading import decode_line
@@ -66,8 +67,11 @@ class Source:
 
     def __post_init__(self):
         check(self.weight > 0, "weight", f"of corpus {self.name!r} must be > 0, got {self.weight}")
-        check((self.tsv is None) == (self.src is not None and self.tgt is not None), "files",
-              f"corpus {self.name!r} needs either a source and a target file or one TSV file")
+        check(
+            (self.tsv is None) == (self.src is not None and self.tgt is not None),
+            "files",
+            f"corpus {self.name!r} needs either a source and a target file or one TSV file",
+        )
 
     @property
     def files(self) -> list[Path]:
@@ -83,8 +87,10 @@ class Source:
         for n, (s, t) in enumerate(zip_longest(a, b, fillvalue=EOFError), 1):
             if s is EOFError or t is EOFError:
                 na, nb = (n + _count(a), n - 1) if t is EOFError else (n - 1, n + _count(b))
-                raise ValueError(f"line counts differ: {self.src} has {na} lines, {self.tgt} has {nb}; "
-                                 "parallel files must be line-aligned (nothing is truncated to fit)")
+                raise ValueError(
+                    f"line counts differ: {self.src} has {na} lines, {self.tgt} has {nb}; "
+                    "parallel files must be line-aligned (nothing is truncated to fit)"
+                )
             yield s, t
 
 
@@ -95,6 +101,7 @@ def _tsv_pairs(path: Path, skip_invalid: bool) -> Iterator[tuple[str | None, str
             continue
         fields = line.split("\t")
         if len(fields) != 2:
-            raise ValueError(f"{path}, line {number}: expected 2 tab-separated fields (source, target), "
-                             f"found {len(fields)}")
+            raise ValueError(
+                f"{path}, line {number}: expected 2 tab-separated fields (source, target), found {len(fields)}"
+            )
         yield fields[0], fields[1]

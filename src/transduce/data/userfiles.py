@@ -18,8 +18,14 @@ def read_tsv(path: Path, skip_invalid: bool = False) -> tuple[SplitText, str]:
     return SplitText([s for s, _ in kept], [t for _, t in kept], skipped), file_sha256(path)
 
 
-def load_files(src_lang: str, tgt_lang: str, pairs: dict[str, tuple[Path, Path]], tsvs: dict[str, Path],
-               skip_invalid: bool = False, extra: list[Source] = ()) -> Corpus:
+def load_files(
+    src_lang: str,
+    tgt_lang: str,
+    pairs: dict[str, tuple[Path, Path]],
+    tsvs: dict[str, Path],
+    skip_invalid: bool = False,
+    extra: list[Source] = (),
+) -> Corpus:
     """``pairs``: split -> (source file, target file); ``tsvs``: split -> TSV file; ``extra``: more weighted
     training corpora. Every split is streamed while it is built (see :mod:`.stream`). Training data is required."""
     if "train" not in pairs and "train" not in tsvs and not extra:

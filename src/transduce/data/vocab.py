@@ -18,9 +18,9 @@ import io
 import json
 import tempfile
 import unicodedata
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import sentencepiece as spm
 
@@ -38,7 +38,7 @@ class Vocab:
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
 
     @classmethod
-    def train(cls, sentences: Iterable[str], size: int, lowercase: bool = False) -> "Vocab":
+    def train(cls, sentences: Iterable[str], size: int, lowercase: bool = False) -> Vocab:
         """Train a BPE model of ``size`` pieces on already NFC-normalised sentences (see :meth:`train_files`)."""
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "sentences.txt"
@@ -47,8 +47,9 @@ class Vocab:
             return cls.train_files([path], size, lowercase, already_lowercased=True)
 
     @classmethod
-    def train_files(cls, paths: list[Path], size: int, lowercase: bool = False,
-                    already_lowercased: bool = False) -> "Vocab":
+    def train_files(
+        cls, paths: list[Path], size: int, lowercase: bool = False, already_lowercased: bool = False
+    ) -> Vocab:
         """Train a BPE model of ``size`` pieces on the lines of ``paths`` (NFC text, one sentence a line).
 
         Every line is used in the given order (no sampling, no shuffling: :mod:`.staging` draws the
@@ -63,16 +64,26 @@ class Vocab:
             raise ValueError("train_files(lowercase=True) needs lowercased files (already_lowercased=True)")
         spm.SentencePieceTrainer.train(
             sentence_iterator=_lines(paths),  # not input=: the model would record the paths
-            model_writer=buffer, vocab_size=size, model_type="bpe",
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-            character_coverage=1.0, normalization_rule_name="identity", remove_extra_whitespaces=False,
-            input_sentence_size=0, shuffle_input_sentence=False,
-            num_threads=1, minloglevel=2, hard_vocab_limit=False,
+            model_writer=buffer,
+            vocab_size=size,
+            model_type="bpe",
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            character_coverage=1.0,
+            normalization_rule_name="identity",
+            remove_extra_whitespaces=False,
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            num_threads=1,
+            minloglevel=2,
+            hard_vocab_limit=False,
         )
         return cls(buffer.getvalue(), lowercase)
 
     @classmethod
-    def load(cls, path: str | Path, lowercase: bool = False) -> "Vocab":
+    def load(cls, path: str | Path, lowercase: bool = False) -> Vocab:
         return cls(Path(path).read_bytes(), lowercase)
 
     def save(self, path: str | Path) -> None:
@@ -122,14 +133,21 @@ class Vocabs:
         else:
             self.src.save(directory / "src.model")
             self.tgt.save(directory / "tgt.model")
-        meta = {"shared": self.shared, "src_size": len(self.src), "tgt_size": len(self.tgt),
-                "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+        meta = {
+            "shared": self.shared,
+            "src_size": len(self.src),
+            "tgt_size": len(self.tgt),
+            "pad_id": PAD_ID,
+            "unk_id": UNK_ID,
+            "bos_id": BOS_ID,
+            "eos_id": EOS_ID,
+        }
         if self.src.lowercase or self.tgt.lowercase:
             meta["lowercase"] = True  # written only when set: older directories read as False
         (directory / "vocab.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Vocabs":
+    def load(cls, directory: str | Path) -> Vocabs:
         directory = Path(directory)
         meta_path = directory / "vocab.json"
         if not meta_path.is_file():
@@ -141,8 +159,9 @@ class Vocabs:
         if meta.get("shared"):
             shared = Vocab.load(_need(directory / "shared.model"), lowercase)
             return cls(shared, shared)
-        return cls(Vocab.load(_need(directory / "src.model"), lowercase),
-                   Vocab.load(_need(directory / "tgt.model"), lowercase))
+        return cls(
+            Vocab.load(_need(directory / "src.model"), lowercase), Vocab.load(_need(directory / "tgt.model"), lowercase)
+        )
 
     @property
     def lowercase(self) -> bool:

@@ -66,8 +66,9 @@ def sgm_to_text(sgm: Path, target: Path) -> Path:
     return target
 
 
-def fetch_wmt14(src: str, tgt: str, cache: Path, url_base: str | None = None,
-                weights: dict[str, float] | None = None) -> Corpus:
+def fetch_wmt14(
+    src: str, tgt: str, cache: Path, url_base: str | None = None, weights: dict[str, float] | None = None
+) -> Corpus:
     """Download (unless cached), extract and describe WMT14 ``src``-``tgt`` (en-de or de-en) for streaming."""
     if {src, tgt} != set(LANGS):
         raise ValueError(f"WMT14 here is English-German: --src/--tgt must be en and de, got {src!r}, {tgt!r}")
@@ -86,10 +87,25 @@ def fetch_wmt14(src: str, tgt: str, cache: Path, url_base: str | None = None,
         a, b = (extract(archives[archive], f"{stem}.{lang}", out) for lang in (src, tgt))
         sources.append(Source(name, a, b, weight=weights.get(name, 1.0)))
     valid = [extract(archives["dev.tgz"], f"dev/newstest2013.{lang}", out) for lang in (src, tgt)]
-    test = [sgm_to_text(extract(archives["test-full.tgz"], f"test-full/newstest2014-deen-{kind}.{lang}.sgm", out),
-                        out / f"newstest2014.{lang}") for kind, lang in (("src", src), ("ref", tgt))]
-    splits = {"train": StreamSplit(sources), "valid": StreamSplit([Source("", *valid)]),
-              "test": StreamSplit([Source("", *test)])}
+    test = [
+        sgm_to_text(
+            extract(archives["test-full.tgz"], f"test-full/newstest2014-deen-{kind}.{lang}.sgm", out),
+            out / f"newstest2014.{lang}",
+        )
+        for kind, lang in (("src", src), ("ref", tgt))
+    ]
+    splits = {
+        "train": StreamSplit(sources),
+        "valid": StreamSplit([Source("", *valid)]),
+        "test": StreamSplit([Source("", *test)]),
+    }
     inputs = {name: file_sha256(path) for name, path in archives.items()}
-    return Corpus("wmt14", src, tgt, splits, inputs, aliases={"newstest2013": "valid", "newstest2014": "test"},
-                  info={"weights": {s.name: s.weight for s in sources}})
+    return Corpus(
+        "wmt14",
+        src,
+        tgt,
+        splits,
+        inputs,
+        aliases={"newstest2013": "valid", "newstest2014": "test"},
+        info={"weights": {s.name: s.weight for s in sources}},
+    )

@@ -57,13 +57,20 @@ def extension():
     from torch.utils import cpp_extension
 
     try:
-        return cpp_extension.load(name="transduce_native_step", sources=[str(SOURCE)],
-                                  extra_cflags=["-O3", "-fopenmp", *_arch_flags(), _header_hash()],
-                                  extra_ldflags=["-fopenmp"], verbose=False)
+        return cpp_extension.load(
+            name="transduce_native_step",
+            sources=[str(SOURCE)],
+            extra_cflags=["-O3", "-fopenmp", *_arch_flags(), _header_hash()],
+            extra_ldflags=["-fopenmp"],
+            verbose=False,
+        )
     except Exception as err:  # no compiler, no headers: the Python step is the fallback
-        warnings.warn(f"transduce: the C++ decoder step could not be built ({type(err).__name__}: "
-                      f"{str(err).splitlines()[0] if str(err) else ''}); decoding uses the Python step",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"transduce: the C++ decoder step could not be built ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}); decoding uses the Python step",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return None
 
 
@@ -80,8 +87,14 @@ def supports(model: nn.Module) -> str | None:
     if cfg.attention_window is not None:
         return "restricted self-attention (attention_window)"
     for layer in model.decoder.layers:
-        for module in (layer.self_attn.qkv_proj, layer.self_attn.out_proj, layer.cross_attn.q_proj,
-                       layer.cross_attn.out_proj, layer.ff.w1, layer.ff.w2):
+        for module in (
+            layer.self_attn.qkv_proj,
+            layer.self_attn.out_proj,
+            layer.cross_attn.q_proj,
+            layer.cross_attn.out_proj,
+            layer.ff.w1,
+            layer.ff.w2,
+        ):
             if type(module) is not nn.Linear:
                 return f"{type(module).__module__}.{type(module).__name__} layers (int8 dynamic quantisation)"
         if layer.self_attn.record is not None or layer.cross_attn.record is not None:
@@ -104,7 +117,7 @@ class DeferredCache(DecoderCache):
     pending: Tensor | None = None
 
     @classmethod
-    def of(cls, cache: DecoderCache) -> "DeferredCache":
+    def of(cls, cache: DecoderCache) -> DeferredCache:
         return cls(layers=cache.layers, memory_mask=cache.memory_mask, beam=cache.beam, position=cache.position)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None, beam: int | None = None) -> None:
@@ -142,11 +155,21 @@ def _encoder(ext, model: Transformer):
         norms += [p.detach() for norm in (layer.res_attn.norm, layer.res_ff.norm) for p in (norm.weight, norm.bias)]
     kv = [_int8(ext, layer.cross_attn.kv_proj) for layer in model.decoder.layers]
     final, attn, emb = model.encoder.final_norm, model.encoder.layers[0].self_attn, model.src_embed
-    return ext.Encoder(maps, norms, kv, emb.token.weight.detach(), emb.scale,
-                       final.weight.detach() if final is not None else None,
-                       final.bias.detach() if final is not None else None,
-                       attn.n_heads, attn.scale, model.config.norm == "pre", model.config.layer_norm_eps,
-                       model.config.pad_id, model.config.activation == "gelu")
+    return ext.Encoder(
+        maps,
+        norms,
+        kv,
+        emb.token.weight.detach(),
+        emb.scale,
+        final.weight.detach() if final is not None else None,
+        final.bias.detach() if final is not None else None,
+        attn.n_heads,
+        attn.scale,
+        model.config.norm == "pre",
+        model.config.layer_norm_eps,
+        model.config.pad_id,
+        model.config.activation == "gelu",
+    )
 
 
 class NativeStep(nn.Module):
@@ -170,16 +193,28 @@ class NativeStep(nn.Module):
         for layer in model.decoder.layers:
             sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
             maps += [linear(ext, m) for m in (sa.qkv_proj, sa.out_proj, ca.q_proj, ca.out_proj, ff.w1, ff.w2)]
-            norms += [p.detach() for norm in (layer.res_self.norm, layer.res_cross.norm, layer.res_ff.norm)
-                      for p in (norm.weight, norm.bias)]
+            norms += [
+                p.detach()
+                for norm in (layer.res_self.norm, layer.res_cross.norm, layer.res_ff.norm)
+                for p in (norm.weight, norm.bias)
+            ]
         final = model.decoder.final_norm
         attn = model.decoder.layers[0].self_attn
         emb = model.tgt_embed
-        self.decoder = ext.Decoder(maps, norms, linear(ext, model.generator), emb.token.weight.detach(), emb.scale,
-                                   final.weight.detach() if final is not None else None,
-                                   final.bias.detach() if final is not None else None,
-                                   attn.n_heads, attn.scale, model.config.norm == "pre", model.config.layer_norm_eps,
-                                   model.config.activation == "gelu")
+        self.decoder = ext.Decoder(
+            maps,
+            norms,
+            linear(ext, model.generator),
+            emb.token.weight.detach(),
+            emb.scale,
+            final.weight.detach() if final is not None else None,
+            final.bias.detach() if final is not None else None,
+            attn.n_heads,
+            attn.scale,
+            model.config.norm == "pre",
+            model.config.layer_norm_eps,
+            model.config.activation == "gelu",
+        )
         self.encoder = _encoder(ext, model) if int8 else None
         if int8:
             from .translator import for_decoding
@@ -200,7 +235,7 @@ class NativeStep(nn.Module):
             return self.model.encode(src)
         out = self.encoder.encode(src, self.model.src_embed.positions(src.size(1), 0))
         L = len(self.model.decoder.layers)
-        return EncodedKV(out[0], self.model.source_mask(src), out[1:1 + L], out[1 + L:])
+        return EncodedKV(out[0], self.model.source_mask(src), out[1 : 1 + L], out[1 + L :])
 
     def init_cache(self, encoded, beam: int = 1) -> DeferredCache:
         if isinstance(encoded, EncodedKV):
@@ -224,9 +259,16 @@ class NativeStep(nn.Module):
         first = cache.layers[0].self_k is None
         pending = cache.pending if isinstance(cache, DeferredCache) else None  # a plain cache reorders at once
         out = self.decoder.step(
-            tokens, positions, [] if first else [c.self_k for c in cache.layers],
-            [] if first else [c.self_v for c in cache.layers], [c.memory_k for c in cache.layers],
-            [c.memory_v for c in cache.layers], cache.memory_mask, cache.beam, pending)
+            tokens,
+            positions,
+            [] if first else [c.self_k for c in cache.layers],
+            [] if first else [c.self_v for c in cache.layers],
+            [c.memory_k for c in cache.layers],
+            [c.memory_v for c in cache.layers],
+            cache.memory_mask,
+            cache.beam,
+            pending,
+        )
         if pending is not None:
             cache.pending = None
         for i, layer in enumerate(cache.layers):
@@ -243,7 +285,6 @@ def native_step(model: nn.Module, int8: bool = False) -> NativeStep | None:
     if supports(model) is not None:
         return None
     if int8 and model.tgt_embed.token.weight.dtype != torch.float32:
-        raise ValueError("the int8 C++ step quantises an fp32 model, got "
-                         f"{model.tgt_embed.token.weight.dtype}")
+        raise ValueError(f"the int8 C++ step quantises an fp32 model, got {model.tgt_embed.token.weight.dtype}")
     ext = extension()
     return NativeStep(model, ext, int8) if ext is not None else None

@@ -33,9 +33,14 @@ from ..cpp import build
 @functools.cache
 def extension():
     """The compiled ``native_dropout.cpp``, or None (with a warning saying why) if it cannot be built."""
-    return build("transduce_native_dropout", Path(__file__).with_name("native_dropout.cpp"),
-                 "TRANSDUCE_NATIVE_DROPOUT", "the C++ dropout", "training uses FastDropout's tensor ops",
-                 headers=(Path(__file__).with_name("bf16.h"),))
+    return build(
+        "transduce_native_dropout",
+        Path(__file__).with_name("native_dropout.cpp"),
+        "TRANSDUCE_NATIVE_DROPOUT",
+        "the C++ dropout",
+        "training uses FastDropout's tensor ops",
+        headers=(Path(__file__).with_name("bf16.h"),),
+    )
 
 
 class _NativeDropout(torch.autograd.Function):
@@ -55,8 +60,10 @@ class _NativeDropout(torch.autograd.Function):
 def describe() -> str:
     """One line for a run's log: which dropout runs on CPU (building the C++ one if it is to be used)."""
     if extension() is None:
-        return ("dropout: tensor ops (TRANSDUCE_NATIVE_DROPOUT=0, or the C++ dropout could not be built: see the "
-                "warning above)")
+        return (
+            "dropout: tensor ops (TRANSDUCE_NATIVE_DROPOUT=0, or the C++ dropout could not be built: see the "
+            "warning above)"
+        )
     return "dropout: C++ kernel (train/native_dropout.cpp; TRANSDUCE_NATIVE_DROPOUT=0 turns it off)"
 
 
