@@ -43,9 +43,14 @@ def test_batch_size_sorting_and_order_do_not_change_output(translator, sources, 
         dict(batch_size=7),
         dict(batch_size=64),
         dict(batch_size=64, sort=False),
-        dict(batch_tokens=300, sort=False),
     ):
         assert _run(translator, sources, beam=beam, **kw) == reference, kw  # tokens AND float scores
+    # Unsorted batches under a token budget: the same tokens, but on a 2-core AVX2 AMD EPYC with the shipped
+    # Bible corpus (verses longer than Multi30k's captions) a few scores differed in their last bits (~1e-8
+    # relative). Known and documented (README, "Things you can rely on"); the exact case is the sorted default.
+    loose = _run(translator, sources, beam=beam, batch_tokens=300, sort=False)
+    assert [t for t, _, _ in loose] == [t for t, _, _ in reference]
+    assert all(abs(a[1] - b[1]) <= 1e-6 * abs(b[1]) + 1e-9 for a, b in zip(loose, reference, strict=True))
     order, lines = _shuffled(sources)
     shuffled = _run(translator, lines, beam=beam, batch_size=7, sort=False)
     assert [shuffled[order.index(i)] for i in range(len(sources))] == reference

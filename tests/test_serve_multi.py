@@ -1,8 +1,8 @@
 """Many models behind one server: routing by pair, the memory budget, the LibreTranslate API, keys,
 limits, metrics, and a loopback load test across two pairs (outputs equal offline translation).
 
-Models: the trained ``tiny_model_dir`` (en->de) and, for a second pair, a randomly initialised model
-of the same shape and vocabulary registered as de->en (its output is junk, but deterministic, and
+Models: the trained ``tiny_model_dir`` (en->fr) and, for a second pair, a randomly initialised model
+of the same shape and vocabulary registered as fr->en (its output is junk, but deterministic, and
 different from the first model's, so a request answered by the wrong model is caught).
 """
 
@@ -47,17 +47,17 @@ DE = [
 
 @pytest.fixture(scope="module")
 def de_en_dir(tiny_model_dir, tmp_path_factory):
-    return untrained_model(tiny_model_dir, tmp_path_factory.mktemp("models") / "de-en", "de", "en")
+    return untrained_model(tiny_model_dir, tmp_path_factory.mktemp("models") / "fr-en", "fr", "en")
 
 
 @pytest.fixture(scope="module")
 def specs(tiny_model_dir, de_en_dir):
-    return [spec_from_dir(tiny_model_dir, name="en-de"), spec_from_dir(de_en_dir)]
+    return [spec_from_dir(tiny_model_dir, name="en-fr"), spec_from_dir(de_en_dir)]
 
 
 @pytest.fixture(scope="module")
 def offline(tiny_model_dir, de_en_dir):
-    return {("en", "de"): load(tiny_model_dir), ("de", "en"): load(de_en_dir)}
+    return {("en", "fr"): load(tiny_model_dir), ("fr", "en"): load(de_en_dir)}
 
 
 def loader(spec):
@@ -71,9 +71,9 @@ def test_models_file_and_directory(tiny_model_dir, de_en_dir, tmp_path):
         f'[[model]]\npath = "{de_en_dir}"\nsource = "nl"\ntarget = "en"\ndtype = "int8"\n'
     )
     news, nl = read_models(toml)
-    assert (news.name, news.pair, news.dtype) == ("news", "en-de", None)
-    assert (nl.name, nl.pair, nl.dtype) == ("de-en", "nl-en", "int8")
-    assert [s.pair for s in read_models(de_en_dir.parent)] == ["de-en"]
+    assert (news.name, news.pair, news.dtype) == ("news", "en-fr", None)
+    assert (nl.name, nl.pair, nl.dtype) == ("fr-en", "nl-en", "int8")
+    assert [s.pair for s in read_models(de_en_dir.parent)] == ["fr-en"]
 
     def fails(text, phrase):
         toml.write_text(text)
@@ -84,7 +84,7 @@ def test_models_file_and_directory(tiny_model_dir, de_en_dir, tmp_path):
     fails('[[model]]\nsource = "en"\n', "#1: missing 'path'")
     fails(
         f'[[model]]\npath = "{tiny_model_dir}"\n[[model]]\npath = "{tiny_model_dir}"\nname = "b"\n',
-        "two models with pair 'en-de'",
+        "two models with pair 'en-fr'",
     )
     fails(f'[[model]]\npath = "{tiny_model_dir}"\ndtype = "fp8"\n', "dtype must be one of")
     fails("[server]\nport = 1\n", r"unknown key\(s\) server")
@@ -111,10 +111,10 @@ def test_pool_unloads_least_recently_used_idle_models(specs, tmp_path):
     a = pool.acquire(specs[0])
     with pytest.raises(PoolFull, match="while the loaded models are in use"):
         pool.acquire(specs[1])  # the first is in use: it may not be unloaded
-    assert list(pool.loaded) == ["en-de"] and a.batcher.running
+    assert list(pool.loaded) == ["en-fr"] and a.batcher.running
     pool.release(a)
     b = pool.acquire(specs[1])  # now it may
-    assert list(pool.loaded) == ["de-en"] and not a.batcher.running and b.batcher.running
+    assert list(pool.loaded) == ["fr-en"] and not a.batcher.running and b.batcher.running
     assert (pool.loads, pool.evictions) == (2, 1)
     pool.release(b)
     assert pool.acquire(specs[1]) is b and pool.loads == 2  # loaded once, reused
@@ -130,41 +130,41 @@ def test_pool_unloads_least_recently_used_idle_models(specs, tmp_path):
 def test_libretranslate_api(specs, offline):
     with TestClient(create_app(specs, load=loader)) as c:
         assert c.get("/languages").json() == [
-            {"code": "de", "name": "German", "targets": ["en"]},
-            {"code": "en", "name": "English", "targets": ["de"]},
+            {"code": "en", "name": "English", "targets": ["fr"]},
+            {"code": "fr", "name": "French", "targets": ["en"]},
         ]
-        r = c.post("/translate", json={"q": EN[0], "source": "en", "target": "de"})
-        assert r.status_code == 200 and r.json() == {"translatedText": offline["en", "de"].translate([EN[0]])[0]}
-        r = c.post("/translate", data={"q": DE[0], "source": "de", "target": "en"})  # form-encoded
-        assert r.json() == {"translatedText": offline["de", "en"].translate([DE[0]])[0]}
-        r = c.post("/translate", json={"q": EN[:3], "source": "auto", "target": "de", "alternatives": 2})
-        nbest = offline["en", "de"].translate(EN[:3], beam=4, nbest=3)
+        r = c.post("/translate", json={"q": EN[0], "source": "en", "target": "fr"})
+        assert r.status_code == 200 and r.json() == {"translatedText": offline["en", "fr"].translate([EN[0]])[0]}
+        r = c.post("/translate", data={"q": DE[0], "source": "fr", "target": "en"})  # form-encoded
+        assert r.json() == {"translatedText": offline["fr", "en"].translate([DE[0]])[0]}
+        r = c.post("/translate", json={"q": EN[:3], "source": "auto", "target": "fr", "alternatives": 2})
+        nbest = offline["en", "fr"].translate(EN[:3], beam=4, nbest=3)
         assert r.json() == {
             "translatedText": [h[0] for h in nbest],
             "alternatives": [h[1:] for h in nbest],
             "detectedLanguage": [{"language": "en", "confidence": 100.0}] * 3,
         }
-        r = c.post("/translate", files={"q": (None, EN[1]), "source": (None, "en"), "target": (None, "de")})
-        assert r.json()["translatedText"] == offline["en", "de"].translate([EN[1]])[0]  # multipart form
+        r = c.post("/translate", files={"q": (None, EN[1]), "source": (None, "en"), "target": (None, "fr")})
+        assert r.json()["translatedText"] == offline["en", "fr"].translate([EN[1]])[0]  # multipart form
         cases = [
             (
-                {"q": "x", "source": "en", "target": "fr"},
-                "no model translates 'en' to 'fr'; this server has: de-en, en-de",
+                {"q": "x", "source": "en", "target": "de"},
+                "no model translates 'en' to 'de'; this server has: en-fr, fr-en",
             ),
-            ({"source": "en", "target": "de"}, "missing q parameter"),
+            ({"source": "en", "target": "fr"}, "missing q parameter"),
             ({"text": ["x"]}, "is at POST /v1/translate"),
-            ({"q": "x", "source": "en", "target": "de", "format": "pdf"}, "format must be 'text' or 'html'"),
-            ({"q": "x", "source": "en", "target": "de", "alternatives": "two"}, "alternatives must be an integer"),
-            ({"q": "x", "source": "en", "target": "de", "alternatives": 99}, "alternatives must be between 0 and 15"),
-            ({"q": ["x", 3], "source": "en", "target": "de"}, "q must be a string or a list of strings"),
-            ({"q": "x", "source": "en", "target": "de", "colour": 1}, "unknown parameter(s) colour"),
+            ({"q": "x", "source": "en", "target": "fr", "format": "pdf"}, "format must be 'text' or 'html'"),
+            ({"q": "x", "source": "en", "target": "fr", "alternatives": "two"}, "alternatives must be an integer"),
+            ({"q": "x", "source": "en", "target": "fr", "alternatives": 99}, "alternatives must be between 0 and 15"),
+            ({"q": ["x", 3], "source": "en", "target": "fr"}, "q must be a string or a list of strings"),
+            ({"q": "x", "source": "en", "target": "fr", "colour": 1}, "unknown parameter(s) colour"),
         ]
         for body, phrase in cases:
             r = c.post("/translate", json=body)
             assert r.status_code == 400 and phrase in r.json()["error"], (body, r.json())
         r = c.post("/translate", content=b'{"q": ', headers={"content-type": "application/json"})
         assert r.status_code == 400 and "malformed JSON" in r.json()["error"]
-        r = c.post("/translate", json={"q": "<b>A dog</b>", "source": "en", "target": "de", "format": "html"})
+        r = c.post("/translate", json={"q": "<b>A dog</b>", "source": "en", "target": "fr", "format": "html"})
         try:
             from transduce.decode.markup import translate_html  # noqa: F401
         except ImportError:
@@ -177,10 +177,10 @@ def test_libretranslate_api(specs, offline):
 
 def test_auto_source_refuses_to_guess(specs, tiny_model_dir, tmp_path):
     model, vocabs, _ = load_model_dir(tiny_model_dir)
-    fr = spec_from_dir(save_model_dir(tmp_path / "fr-de", model, vocabs, {"src_lang": "fr", "tgt_lang": "de"}))
-    with TestClient(create_app([specs[0], fr], load=loader)) as c:
-        r = c.post("/translate", json={"q": "x", "source": "auto", "target": "de"})
-        assert r.status_code == 400 and "several sources translate into 'de' (en, fr): name one" in r.json()["error"]
+    de = spec_from_dir(save_model_dir(tmp_path / "de-fr", model, vocabs, {"src_lang": "de", "tgt_lang": "fr"}))
+    with TestClient(create_app([specs[0], de], load=loader)) as c:
+        r = c.post("/translate", json={"q": "x", "source": "auto", "target": "fr"})
+        assert r.status_code == 400 and "several sources translate into 'fr' (en, de): name one" in r.json()["error"]
         r = c.post("/translate", json={"q": "x", "source": "auto", "target": "it"})
         assert r.status_code == 400 and "no model here translates into 'it'" in r.json()["error"]
 
@@ -204,7 +204,7 @@ def test_api_keys_and_request_limits(specs, tmp_path):
     access = Access(keys, require="remote")
     assert access.check(None, "127.0.0.1") == "anonymous" and access.check(None, "::1") == "anonymous"
     with TestClient(create_app(specs, load=loader, access=access)) as c:  # TestClient's address is not loopback
-        body = {"q": "A dog.", "source": "en", "target": "de"}
+        body = {"q": "A dog.", "source": "en", "target": "fr"}
         r = c.post("/translate", json=body)
         assert r.status_code == 403 and "API key is required" in r.json()["error"]
         r = c.post("/translate", json={**body, "api_key": "alpha-key-0002"})
@@ -217,13 +217,13 @@ def test_api_keys_and_request_limits(specs, tmp_path):
         )
         r = c.post(
             "/v1/translate",
-            json={"text": ["A dog."], "source": "en", "target": "de"},
+            json={"text": ["A dog."], "source": "en", "target": "fr"},
             headers={"X-API-Key": "beta-key-00002"},
         )
         assert r.status_code == 200
         r = c.post(
             "/v1/translate",
-            json={"text": ["A dog."], "source": "en", "target": "de"},
+            json={"text": ["A dog."], "source": "en", "target": "fr"},
             headers={"Authorization": "Bearer nope-nope-nope"},
         )
         assert r.status_code == 403
@@ -241,16 +241,16 @@ def test_metrics_count_requests_batches_and_models(specs):
     app = create_app(specs, load=loader, budget_bytes=0)
     with TestClient(app) as c:
         for _ in range(2):
-            c.post("/translate", json={"q": EN[:2], "source": "en", "target": "de"})
+            c.post("/translate", json={"q": EN[:2], "source": "en", "target": "fr"})
         c.post("/translate", json={"q": "x", "source": "en", "target": "xx"})
-        c.post("/v1/translate", json={"text": DE[:3], "source": "de", "target": "en"})
+        c.post("/v1/translate", json={"text": DE[:3], "source": "fr", "target": "en"})
         text = c.get("/metrics").text
     lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
     assert float(lines['transduce_requests_total{path="/translate",status="200"}']) == 2
     assert float(lines['transduce_requests_total{path="/translate",status="400"}']) == 1
     assert float(lines['transduce_request_seconds_count{path="/v1/translate"}']) == 1
-    assert float(lines['transduce_sentences_total{pair="en-de"}']) == 4
-    assert float(lines['transduce_sentences_total{pair="de-en"}']) == 3
+    assert float(lines['transduce_sentences_total{pair="en-fr"}']) == 4
+    assert float(lines['transduce_sentences_total{pair="fr-en"}']) == 3
     assert float(lines["transduce_batch_sentences_sum"]) == 7 and float(lines["transduce_batch_requests_count"]) == 3
     assert float(lines["transduce_models_loaded"]) == 2 and float(lines["transduce_model_loads"]) == 2
     assert float(lines["transduce_queue_depth"]) == 0
@@ -261,7 +261,7 @@ def test_load_two_pairs_zero_errors_offline_outputs(specs, offline):
     app = create_app(specs, Settings(wait_ms=10), load=loader)
     live = Live(app)
     rng = random.Random(0)
-    pairs = {("en", "de"): EN, ("de", "en"): DE}
+    pairs = {("en", "fr"): EN, ("fr", "en"): DE}
     plan = [
         [(pair, rng.sample(pairs[pair], rng.randint(1, 2))) for pair in rng.choices(list(pairs), k=6)] for _ in range(8)
     ]
@@ -291,7 +291,7 @@ def test_cli_serves_a_models_file_and_checks_keys(specs, tmp_path, monkeypatch, 
     toml.write_text("".join(f'[[model]]\npath = "{s.path}"\nname = "{s.name}"\n' for s in specs))
     assert main(["serve", "--models", str(toml), "--memory-budget-mb", "64", "--threads", "1"]) == 0
     pool = seen["app"].state.pool
-    assert sorted(pool.specs) == ["de-en", "en-de"] and pool.budget == 64 * 2**20 and not pool.loaded  # lazy
+    assert sorted(pool.specs) == ["en-fr", "fr-en"] and pool.budget == 64 * 2**20 and not pool.loaded  # lazy
     keys = tmp_path / "keys.txt"
     keys.write_text("abcdefgh 1 2\n")
     assert main(["serve", "--models", str(toml), "--api-keys", str(keys)]) == 2
@@ -305,9 +305,9 @@ def test_page_and_attention_endpoint(specs, offline):
         page = c.get("/")
         assert page.status_code == 200 and '<select id="pair">' in page.text and "/page.js" in page.text
         assert "/v1/attention" in c.get("/page.js").text
-        r = c.post("/v1/attention", json={"text": [EN[0], ""], "source": "en", "target": "de"})
+        r = c.post("/v1/attention", json={"text": [EN[0], ""], "source": "en", "target": "fr"})
         first, empty = r.json()["alignments"]
-    assert first["translation"] == offline["en", "de"].translate([EN[0]])[0]
+    assert first["translation"] == offline["en", "fr"].translate([EN[0]])[0]
     assert first["source_words"] == EN[0].split()
     assert " ".join(first["target_words"]) == first["translation"]
     weights = first["weights"]
@@ -324,15 +324,15 @@ def one_thread():
 
 def test_a_model_that_fails_to_load_names_itself_and_the_others_keep_working(specs, tmp_path):
     model, vocabs, _ = load_model_dir(specs[0].path)
-    broken = save_model_dir(tmp_path / "fr-de", model, vocabs, {"src_lang": "fr", "tgt_lang": "de"})
+    broken = save_model_dir(tmp_path / "de-fr", model, vocabs, {"src_lang": "de", "tgt_lang": "fr"})
     weights = broken / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])  # truncated
     with TestClient(create_app([specs[0], spec_from_dir(broken)], load=loader)) as c:
-        r = c.post("/translate", json={"q": "Un chien.", "source": "fr", "target": "de"})
-        assert r.status_code == 500 and r.json()["error"].startswith(f"model fr-de ({broken}) could not be loaded")
-        r = c.post("/v1/translate", json={"text": ["Un chien."], "source": "fr", "target": "de"})
-        assert r.status_code == 500 and "model fr-de" in r.json()["detail"]
-        assert c.post("/translate", json={"q": EN[0], "source": "en", "target": "de"}).status_code == 200
+        r = c.post("/translate", json={"q": "Un chien.", "source": "de", "target": "fr"})
+        assert r.status_code == 500 and r.json()["error"].startswith(f"model de-fr ({broken}) could not be loaded")
+        r = c.post("/v1/translate", json={"text": ["Un chien."], "source": "de", "target": "fr"})
+        assert r.status_code == 500 and "model de-fr" in r.json()["detail"]
+        assert c.post("/translate", json={"q": EN[0], "source": "en", "target": "fr"}).status_code == 200
 
 
 def test_one_model_without_languages_still_serves_v1(tiny_model_dir, tmp_path):
@@ -342,5 +342,5 @@ def test_one_model_without_languages_still_serves_v1(tiny_model_dir, tmp_path):
         assert c.get("/languages").json() == []
         r = c.post("/v1/translate", json={"text": [EN[0]]})
         assert r.json() == {"translations": translator.translate([EN[0]])}
-        r = c.post("/translate", json={"q": EN[0], "source": "en", "target": "de"})
-        assert r.status_code == 400 and "no model translates 'en' to 'de'" in r.json()["error"]
+        r = c.post("/translate", json={"q": EN[0], "source": "en", "target": "fr"})
+        assert r.status_code == 400 and "no model translates 'en' to 'fr'" in r.json()["error"]

@@ -79,16 +79,16 @@ def test_page_translates_and_shows_attention_on_hover(browser, tiny_model_dir, t
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    other = untrained_model(tiny_model_dir, tmp_path / "de-en", "de", "en")
-    specs = [spec_from_dir(tiny_model_dir, name="en-de"), spec_from_dir(other)]
+    other = untrained_model(tiny_model_dir, tmp_path / "fr-en", "fr", "en")
+    specs = [spec_from_dir(tiny_model_dir, name="en-fr"), spec_from_dir(other)]
     live = Live(create_app(specs, load=lambda spec: load(spec.path)))
     try:
         browser.get(live.url + "/")
         wait = WebDriverWait(browser, 120)
         wait.until(lambda d: len(Select(d.find_element(By.ID, "pair")).options) == 2)
         pairs = Select(browser.find_element(By.ID, "pair"))
-        assert sorted(o.text for o in pairs.options) == ["English \u2192 German", "German \u2192 English"]
-        pairs.select_by_value("en|de")
+        assert sorted(o.text for o in pairs.options) == ["English \u2192 French", "French \u2192 English"]
+        pairs.select_by_value("en|fr")
         browser.find_element(By.ID, "source").send_keys("\n".join(SENTENCES))
         browser.find_element(By.ID, "translate").click()
         wait.until(lambda d: d.find_element(By.ID, "plain").text.strip())
@@ -96,7 +96,7 @@ def test_page_translates_and_shows_attention_on_hover(browser, tiny_model_dir, t
         assert browser.find_element(By.ID, "plain").text == "\n".join(load(tiny_model_dir).translate(SENTENCES))
 
         api = httpx.post(
-            live.url + "/v1/attention", json={"text": SENTENCES[:1], "source": "en", "target": "de"}, timeout=60
+            live.url + "/v1/attention", json={"text": SENTENCES[:1], "source": "en", "target": "fr"}, timeout=60
         ).json()["alignments"][0]
         line = browser.find_elements(By.CSS_SELECTOR, "#lines .line")[0]
         targets = line.find_elements(By.CSS_SELECTOR, ".tgt-word")
@@ -114,7 +114,7 @@ def test_page_translates_and_shows_attention_on_hover(browser, tiny_model_dir, t
         ActionChains(browser).move_to_element(browser.find_element(By.ID, "translate")).perform()
         wait.until(lambda d: sources[0].get_attribute("data-weight") is None)  # un-hovered: shading removed
 
-        pairs.select_by_value("de|en")  # an error from the server is shown on the page, not swallowed
+        pairs.select_by_value("fr|en")  # an error from the server is shown on the page, not swallowed
         source = browser.find_element(By.ID, "source")
         source.clear()
         source.send_keys("x" * 2001)

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from transduce.train import native_loss
-from transduce.train.loss import ProjectedSmoothedCrossEntropy, projected_rdrop_loss, rdrop_loss
+from transduce.train.loss import ProjectedSmoothedCrossEntropy
+from transduce.train.rdrop import projected_rdrop_loss, rdrop_loss
 
 pytestmark = pytest.mark.skipif(
     shutil.which("c++") is None and shutil.which("g++") is None,
