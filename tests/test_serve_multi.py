@@ -180,7 +180,7 @@ def test_auto_source_refuses_to_guess(specs, tiny_model_dir, tmp_path):
     de = spec_from_dir(save_model_dir(tmp_path / "de-fr", model, vocabs, {"src_lang": "de", "tgt_lang": "fr"}))
     with TestClient(create_app([specs[0], de], load=loader)) as c:
         r = c.post("/translate", json={"q": "x", "source": "auto", "target": "fr"})
-        assert r.status_code == 400 and "several sources translate into 'fr' (en, de): name one" in r.json()["error"]
+        assert r.status_code == 400 and "several sources translate into 'fr' (de, en): name one" in r.json()["error"]
         r = c.post("/translate", json={"q": "x", "source": "auto", "target": "it"})
         assert r.status_code == 400 and "no model here translates into 'it'" in r.json()["error"]
 
