@@ -105,7 +105,9 @@ def finish(nodes: list[subprocess.Popen], timeout: float = 120) -> list[str]:
     return outs
 
 
-@pytest.mark.xfail(strict=False, reason="flaky on a loaded 2-core host: one of three runs failed (cause not found yet)")
+@pytest.mark.xfail(
+    strict=False, reason="fails on a loaded 2-core host about half the time (2 of 4 runs); cause not found yet"
+)
 def test_two_nodes_killed_and_resumed_end_like_an_uninterrupted_run(small_data, tmp_path):
     common = dict(max_steps=STEPS, save_every_steps=2, dtype="fp32", max_tokens=400)
     ref_cfg = write_config(tmp_path / "ref.toml", small_data, tmp_path / "ref", **common)
