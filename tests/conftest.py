@@ -23,6 +23,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# the decoding commands (cli.py) and transduce.load set MKL's reproducibility mode before MKL's first call;
+# tests that decode with a bare model need it too (batch invariance on Intel CPUs)
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
 MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
 TINY_PAIRS = 3000
 TINY_VOCAB = 1000

@@ -399,6 +399,32 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     if "rerank" in decode:
         shutil.copytree(channel, targets[2])
         results["channel"] = str(targets[2])
+    results["backends"] = _check_backends(recipe, model_dirs, device, decode, metric)
+
+
+def _check_backends(recipe: Recipe, model_dirs: list[Path], device: str, decode: dict, metric: str) -> str:
+    """Score int8-native against fp32 on the validation split and record it in the kept model's directory
+    (backends.json, :mod:`transduce.backendcheck`), so that loading it picks int8 by default where it is
+    within 0.3 BLEU. Returns the result in one line, or why it was not checked."""
+    from .backendcheck import check, summary
+
+    if device != "cpu" or len(model_dirs) > 1:
+        return "not checked: " + ("an ensemble" if len(model_dirs) > 1 else f"decoded on {device}, int8 is for CPUs")
+    ev, data_dir = recipe.evaluate, recipe.data_dir
+    command = (f"transduce check-backends {model_dirs[0]} --data {data_dir} --split {ev.valid_split} "
+               f"--beam {ev.beam} --alpha {decode['alpha']} --metric {metric}")
+    _stage("check-backends", command)
+    from .data import PreparedData
+
+    sources, refs = _texts(PreparedData.open(data_dir), ev.valid_split)
+    try:
+        record = check(model_dirs[0], sources, refs, PreparedData.open(data_dir).manifest["tgt_lang"],
+                       f"{data_dir} {ev.valid_split}", ev.beam, decode["alpha"], command=command, metric=metric)
+    except RuntimeError as e:  # the C++ step cannot run here: the model stays on fp32 by default
+        print(f"check-backends: {e}")
+        return f"not checked: {e}"
+    print(f"check-backends: {summary(record)}")
+    return summary(record)
 
 
 def _setting(alpha: float, weight: float | None) -> dict[str, float]:

@@ -23,9 +23,8 @@ import torch
 
 from . import mbr as mbr_
 from . import rerank as rerank_
-from .native_help import NATIVE_HELP
+from .options import add_backend_arguments, backend_from_args
 from .search import SampleConfig
-from .translator import DTYPES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,10 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run_.add_argument("--device", default="cpu")
     run_.add_argument("--threads", type=int, default=1,
                       help="CPU threads; 1 (default) is bit-exactly batch-invariant, more may change last bits")
-    run_.add_argument("--dtype", choices=list(DTYPES), default="fp32",
-                      help="bf16: weights and activations; int8: dynamically quantised linear layers (CPU)")
-    run_.add_argument("--native", action="store_true",
-                      help=NATIVE_HELP)
+    add_backend_arguments(run_)
     run_.add_argument("--no-truncate", action="store_true", help="error on inputs longer than the model allows")
     run_.add_argument("--stats", action="store_true", help="print sentences/s and tokens/s to stderr")
 
@@ -105,7 +101,9 @@ def run(args) -> int:
 
     options = _options(args)
     torch.set_num_threads(args.threads)
-    translator = load(args.model, args.device, args.dtype, args.ensemble, native=args.native, channel=args.channel)
+    translator = load(args.model, args.device, ensemble=args.ensemble, channel=args.channel,
+                      backend=backend_from_args(args))
+    print(f"transduce translate: {translator.fast_paths.line()}", file=sys.stderr)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         if not args.files and sys.stdin.isatty():
@@ -128,7 +126,8 @@ def run(args) -> int:
         if args.stats:
             print(f"transduce translate: {sentences} sentences, {tokens} output tokens (with eos) in "
                   f"{seconds:.2f} s: {sentences / seconds:.1f} sentences/s, {tokens / seconds:.1f} tokens/s "
-                  f"({torch.get_num_threads()} threads, {args.dtype}, beam {args.beam})", file=sys.stderr)
+                  f"({torch.get_num_threads()} threads, {translator.fast_paths.decoder.name}, beam {args.beam})",
+                  file=sys.stderr)
     finally:
         if args.output:
             out.close()

@@ -24,8 +24,7 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..decode import DTYPES
-from ..decode.native_help import NATIVE_HELP
+from ..decode.options import add_backend_arguments, backend_from_args
 from .batcher import Batcher, Job
 
 try:
@@ -232,8 +231,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="fp32", choices=DTYPES)
-    parser.add_argument("--native", action="store_true", help=NATIVE_HELP)
+    add_backend_arguments(parser)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--max-sentences", type=int, default=d.max_sentences, help="sentences per request")
     parser.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per sentence")
@@ -266,7 +264,8 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    translator = load(args.model, device=args.device, dtype=args.dtype, native=args.native)
+    translator = load(args.model, device=args.device, backend=backend_from_args(args))
+    print(f"transduce serve: {translator.fast_paths.line()}", flush=True)
     app = create_app(translator, settings, name=Path(args.model).name)
     uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout,
                 log_level="info")

@@ -74,11 +74,15 @@ class TrainConfig:
     mutual_alpha: float = 0.0
     # [start, end]: residual dropout P_drop rises (or falls) linearly over the budget instead of model.dropout
     dropout_ramp: list[float] | None = None
+    # the fast paths (transduce/fastpaths.py; the run's log says which ran and why, in one line).
     # attention in training: "auto" = the written-out formula with fp32 scores on CPU (model/attention.py:
     # faster than SDPA's kernels for short sentences, forward + backward) and PyTorch's SDPA choice on CUDA;
-    # "written", "written-bf16" (Q K^T in the autocast dtype, not fp32: fewer casts, less precise scores), or an
-    # SDPA kernel by name
-    attention_kernel: Literal["auto", "written", "written-bf16", "math", "flash", "efficient", "default"] = "auto"
+    # "written", or an SDPA kernel by name
+    attention_kernel: Literal["auto", "written", "math", "flash", "efficient", "default"] = "auto"
+    # the loss and the CPU dropout: "auto" = the C++ kernel on CPU where it builds (same arithmetic, faster),
+    # "native" = that or an error, "tensor" = the tensor ops (the readable reference)
+    loss_kernel: Literal["auto", "native", "tensor"] = "auto"
+    dropout_kernel: Literal["auto", "native", "tensor"] = "auto"
     # length of the run
     max_steps: int = 100_000
     max_epochs: int | None = None

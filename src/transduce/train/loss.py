@@ -85,12 +85,12 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, dtype: torch.dtype,
-                rows: int = 64) -> tuple[Tensor, Tensor]:
+                rows: int = 64, native: bool = True) -> tuple[Tensor, Tensor]:
         hc, wc = h.to(dtype), weight.to(dtype)  # (N, d), (V, d)
         N, want_grad = h.size(0), any(ctx.needs_input_grad[:2])
         grad = hc.new_empty(N, weight.size(0)) if want_grad else None  # (N, V) ∂loss/∂logits
         loss_rows, nll_rows = h.new_empty(N, dtype=torch.float32), h.new_empty(N, dtype=torch.float32)  # (N,)
-        if native_loss.applies(hc):  # the same per block in C++: logits made in place, turned into ∂loss/∂z
+        if native and native_loss.applies(hc):  # the same per block in C++: logits made in place, turned into ∂loss/∂z
             for s in range(0, N, rows):
                 e = min(s + rows, N)
                 block = torch.mm(hc[s:e], wc.t(), out=grad[s:e]) if want_grad else hc[s:e] @ wc.t()  # (r, V)
@@ -107,7 +107,7 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        return (*_project_back(ctx, grad_loss), None, None, None, None, None)
+        return (*_project_back(ctx, grad_loss), None, None, None, None, None, None)
 
 
 def _project_save(ctx, h, weight, hc, wc, grad, loss_rows, nll_rows) -> tuple[Tensor, Tensor]:
@@ -185,14 +185,14 @@ class ProjectedPairLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h1: Tensor, w1: Tensor, h2: Tensor, w2: Tensor, y: Tensor, epsilon: float, pad_id: int,
-                alpha: float, dtype: torch.dtype, rows: int = 64) -> tuple[Tensor, Tensor]:
+                alpha: float, dtype: torch.dtype, rows: int = 64, native: bool = True) -> tuple[Tensor, Tensor]:
         hc1, wc1 = h1.to(dtype), w1.to(dtype)  # (N, d), (V, d)
         hc2, wc2 = h2.to(dtype), (wc1 if w2 is w1 else w2.to(dtype))
         n, want_grad = y.size(0), any(ctx.needs_input_grad[:4])
         g1 = hc1.new_empty(n, w1.size(0)) if want_grad else None  # (N, V) ∂loss/∂logits of copy 1
         g2 = hc2.new_empty(n, w2.size(0)) if want_grad else None  # (N, V) of copy 2
         loss_rows, nll_rows = h1.new_empty(n, dtype=torch.float32), h1.new_empty(n, dtype=torch.float32)  # (N,)
-        native = native_loss.applies(hc1, hc2)
+        native = native and native_loss.applies(hc1, hc2)
         for s in range(0, n, rows):
             e = min(s + rows, n)
             if native:  # the same in C++: the logits made in place in g1, g2 and turned into their gradients
@@ -220,15 +220,15 @@ class ProjectedPairLoss(torch.autograd.Function):
         for i, (hc, wc, g) in enumerate(((hc1, wc1, g1), (hc2, wc2, g2))):
             out.append((g @ wc).float().mul_(scale).to(dt[2 * i]) if need[2 * i] else None)  # (N, d)
             out.append((g.t() @ hc).float().mul_(scale).to(dt[2 * i + 1]) if need[2 * i + 1] else None)  # (V, d)
-        return (*out, None, None, None, None, None, None)
+        return (*out, None, None, None, None, None, None, None)
 
 
 def projected_rdrop_loss(h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float,
-                         dtype: torch.dtype, rows: int = 64) -> tuple[Tensor, Tensor]:
+                         dtype: torch.dtype, rows: int = 64, native: bool = True) -> tuple[Tensor, Tensor]:
     """R-Drop through :class:`ProjectedPairLoss`: ``h`` (2N, d) holds copy 1's rows, then copy 2's, both
     projected by ``weight`` (V, d). Same arguments and results as :func:`rdrop_loss`, plus ``rows``."""
     n = y.size(0)
-    return ProjectedPairLoss.apply(h[:n], weight, h[n:], weight, y, epsilon, pad_id, alpha, dtype, rows)
+    return ProjectedPairLoss.apply(h[:n], weight, h[n:], weight, y, epsilon, pad_id, alpha, dtype, rows, native)
 
 
 def rdrop_loss(h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float,

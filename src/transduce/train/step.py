@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..fastpaths import attention_choice
+from ..model.attention import use_kernel
 from .distributed import Dist, all_sum, wrap
 from .loss import ProjectedPairLoss, ProjectedSmoothedCrossEntropy, projected_rdrop_loss
 from .schedule import Schedule, set_lr
@@ -61,19 +63,12 @@ class UpdateStats:
     grad_norm: float | None = None
 
 
-def attention_kernel(device: torch.device, name: str = "auto"):
-    """Context choosing the attention kernel: "auto" = the written-out formula on CPU
-    (:func:`~transduce.model.attention.written_out`), PyTorch's SDPA choice elsewhere; "default" =
-    PyTorch's SDPA choice; "math", "flash", "efficient" = that SDPA kernel; "written" = written out;
-    "written-bf16" = written out with Q Kᵀ left in the autocast dtype (bf16 scores under bf16)."""
+def attention_kernel(name: str):
+    """The SDPA backend context for a resolved kernel name (:func:`transduce.fastpaths.attention_choice`):
+    "math", "flash", "efficient" = that SDPA kernel; "default" and "written" none (PyTorch's choice, or the
+    written-out formula that :class:`TrainingLoss` sets on the model's attention modules)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from ..model.attention import written_out
-
-    if name == "auto":
-        name = "written" if device.type == "cpu" else "default"
-    if name in ("written", "written-bf16"):
-        return written_out(fp32_scores=name == "written")
     kernels = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION}
     return sdpa_kernel(kernels[name]) if name in kernels else contextlib.nullcontext()
 
@@ -117,7 +112,7 @@ class TrainingLoss(nn.Module):
 
     def __init__(self, model: nn.Module, device: torch.device, dtype: str, epsilon: float, pad_id: int,
                  kernel: str = "auto", rdrop_alpha: float = 0.0, peer: nn.Module | None = None,
-                 mutual_alpha: float = 0.0, cutoff: float = 0.0):
+                 mutual_alpha: float = 0.0, cutoff: float = 0.0, native_loss: bool = True):
         super().__init__()
         if peer is not None and rdrop_alpha > 0:
             raise ValueError("R-Drop (rdrop_alpha) and mutual learning (mutual_alpha) do not combine: use one")
@@ -125,7 +120,12 @@ class TrainingLoss(nn.Module):
             raise ValueError("token cutoff (cutoff) perturbs R-Drop's second copy: it needs rdrop_alpha > 0")
         self.cutoff = cutoff
         self.model, self.device, self.dtype, self.epsilon, self.pad_id = model, device, dtype, epsilon, pad_id
-        self.kernel, self.rdrop_alpha, self.peer, self.mutual_alpha = kernel, rdrop_alpha, peer, mutual_alpha
+        self.rdrop_alpha, self.peer, self.mutual_alpha = rdrop_alpha, peer, mutual_alpha
+        self.kernel = attention_choice(kernel, device).name  # training's attention (transduce.fastpaths)
+        for m in (model, peer):
+            if m is not None:
+                use_kernel(m, "written" if self.kernel == "written" else "fused")
+        self.native_loss = native_loss  # the C++ loss blocks where they apply (transduce.fastpaths)
         self.rdrop_on = True  # False while train.rdrop_from holds R-Drop back (Stepper.update sets it)
 
     @property
@@ -151,7 +151,7 @@ class TrainingLoss(nn.Module):
                 b = labels.size(0)
                 cut = (cutoff_mask(src, b, self.cutoff, self.pad_id),
                        cutoff_mask(tgt[:, :-1], b, self.cutoff, self.pad_id))  # (2B, S), (2B, T-1)
-        with autocast(self.device, self.dtype), attention_kernel(self.device, self.kernel):
+        with autocast(self.device, self.dtype), attention_kernel(self.kernel):
             inputs = (src, tgt[:, :-1]) if cut is None else (src, tgt[:, :-1], cut)  # bench peers: no cut
             h = self.model.hidden(*inputs)  # (copies·B, T-1, d_model) for R-Drop, else (B, T-1, d_model)
             h_peer = self.peer.hidden(src, tgt[:, :-1]) if mutual else None  # (B, T-1, d_model)
@@ -161,15 +161,17 @@ class TrainingLoss(nn.Module):
             b = labels.size(0)
             states = torch.cat([h[:b][keep], h[b:][keep]])  # (2N, d_model): copy 1's positions, then copy 2's
             loss, nll = projected_rdrop_loss(states, self.model.generator.weight, y, float(self.epsilon),
-                                             self.pad_id, float(self.rdrop_alpha), dtype, rows // 2)
+                                             self.pad_id, float(self.rdrop_alpha), dtype, rows // 2,
+                                             self.native_loss)
             return loss, nll.detach(), 2 * int(keep.sum())
         if mutual:
             loss, nll = ProjectedPairLoss.apply(h[keep], self.model.generator.weight, h_peer[keep],
                                                 self.peer.generator.weight, y, float(self.epsilon), self.pad_id,
-                                                float(self.mutual_alpha), dtype, rows // 2)
+                                                float(self.mutual_alpha), dtype, rows // 2, self.native_loss)
             return loss, nll.detach(), 2 * int(keep.sum())
         loss, nll = ProjectedSmoothedCrossEntropy.apply(h[keep], self.model.generator.weight, y,
-                                                        float(self.epsilon), self.pad_id, dtype, rows)
+                                                        float(self.epsilon), self.pad_id, dtype, rows,
+                                                        self.native_loss)
         return loss, nll.detach(), int(keep.sum())
 
 
@@ -183,11 +185,11 @@ class Stepper:
                  device: torch.device, dtype: str = "fp32", label_smoothing: float = 0.1, pad_id: int = 0,
                  clip_norm: float = 0.0, ctx: Dist = Dist(), kernel: str = "auto", rdrop_alpha: float = 0.0,
                  peer: nn.Module | None = None, mutual_alpha: float = 0.0, rdrop_from: float = 0.0,
-                 cutoff: float = 0.0):
+                 cutoff: float = 0.0, native_loss: bool = True):
         if dtype == "fp16" and device.type != "cuda":
             raise ValueError("key 'dtype': 'fp16' needs a CUDA device (use 'bf16' on CPU)")
         self.loss = TrainingLoss(model, device, dtype, label_smoothing, pad_id, kernel, rdrop_alpha, peer,
-                                 mutual_alpha, cutoff)
+                                 mutual_alpha, cutoff, native_loss)
         self.model = wrap(self.loss, ctx, device)
         self.optimizer, self.schedule = optimizer, schedule
         self.device, self.dtype, self.ctx, self.clip_norm = device, dtype, ctx, clip_norm

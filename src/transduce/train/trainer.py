@@ -36,6 +36,7 @@ from ..data.batching import TokenBatches
 from ..data.bidirectional import BothDirections
 from ..data.diversified import Diversified
 from ..data.subword_dropout import SampledSplit
+from ..fastpaths import for_training
 from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
 from . import checkpoint as ckpt
@@ -83,13 +84,16 @@ class Trainer:
         self.run_dir, self.ckpt_dir = Path(cfg.out), Path(cfg.out) / "checkpoints"
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         self.model = Transformer(model_cfg).to(self.device)
+        self.fast = for_training(cfg, self.device)  # the kernels this run uses, logged in one line
+        if self.ctx.is_main:
+            print(self.fast.line(), flush=True)
         self.peer: Transformer | None = None  # mutual learning's second model: its own initial weights
         if cfg.mutual_alpha > 0:
             torch.manual_seed(cfg.seed + PEER_SEED)
             self.peer = Transformer(model_cfg).to(self.device).train()
         if cfg.fast_dropout:
             for m in self.models():
-                use_fast_dropout(m)
+                use_fast_dropout(m, native=self.fast.dropout.name == "native")
         self.ramp = DropoutRamp(self.model, *cfg.dropout_ramp) if cfg.dropout_ramp else None
         self.model.train()
         self.optimizer = build_optimizer([np for m in self.models() for np in m.named_parameters()], cfg, self.ctx)
@@ -100,8 +104,9 @@ class Trainer:
         self.stepper = Stepper(self.model, self.optimizer, schedule,
                                device=self.device, dtype=cfg.dtype, label_smoothing=model_cfg.label_smoothing,
                                pad_id=model_cfg.pad_id, clip_norm=cfg.clip_norm, ctx=self.ctx,
-                               kernel=cfg.attention_kernel, rdrop_alpha=cfg.rdrop_alpha, peer=self.peer,
-                               mutual_alpha=cfg.mutual_alpha, rdrop_from=cfg.rdrop_from, cutoff=cfg.cutoff)
+                               kernel=self.fast.attention.name, rdrop_alpha=cfg.rdrop_alpha, peer=self.peer,
+                               mutual_alpha=cfg.mutual_alpha, rdrop_from=cfg.rdrop_from, cutoff=cfg.cutoff,
+                               native_loss=self.fast.loss.name == "native")
         self.batches = TokenBatches(data.split(cfg.train_split), cfg.max_tokens, seed=cfg.seed, shuffle=True,
                                     rank=self.ctx.rank, world_size=self.ctx.world_size)
         self.forward_batches, self.both_batches = self.batches, None  # BiT: the doubled split's batches
