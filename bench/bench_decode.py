@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -140,11 +141,12 @@ def worker(argv: list[str]) -> None:
     t0 = time.perf_counter()
     run(sources[: args.batch], args.beam)  # warm-up, a full batch: first-call allocations, lazy init, compiling
     warmup = time.perf_counter() - t0
-    hyps, t0 = [], time.perf_counter()
+    hyps, t0, c0 = [], time.perf_counter(), time.process_time()
     for i in range(0, len(sources), args.batch):
         hyps += run(sources[i : i + args.batch], args.beam)
-    seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "sentences": len(hyps), "tokens": sum(len(h) + 1 for h in hyps),
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0  # cpu: all of the process's threads
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "sentences": len(hyps),
+                      "tokens": sum(len(h) + 1 for h in hyps),
                       "maxrss_mb": peak_rss_mb(), "warmup_s": warmup, "hyps": hyps}))
 
 
@@ -334,12 +336,15 @@ def compare(argv: list[str]) -> None:
                 raise SystemExit(f"{engine}: {result['error']}")
             runs[engine].append(result)
     rival = args.engines[-1]
-    tok_s = {e: statistics.median(r["tokens"] / r["seconds"] for r in rs) for e, rs in runs.items()}
-    rows = [[e, f"{tok_s[e]:,.0f}", f"{tok_s[e] / tok_s[rival]:.2f}×",
+    wall = {e: statistics.median(r["tokens"] / r["seconds"] for r in rs) for e, rs in runs.items()}
+    cpu = {e: statistics.median(r["tokens"] / r["cpu_seconds"] for r in rs) for e, rs in runs.items()}
+    rows = [[e, f"{wall[e]:,.0f}", f"{wall[e] / wall[rival]:.2f}×", f"{cpu[e]:,.0f}", f"{cpu[e] / cpu[rival]:.2f}×",
              f"{agreement(runs[e][0]['hyps'], runs[rival][0]['hyps']):.0%}"] for e in args.engines]
     print(f"{len(sources[: args.count])} sentences of {args.data} {args.split}, batch {args.batch}, beam 4, "
-          f"{args.threads} thread(s), median of {args.rounds} alternating rounds, each engine in its own process")
-    print(markdown_table(["engine", "target tokens/s", f"vs {rival}", f"same best hyp as {rival}"], rows))
+          f"{args.threads} thread(s), median of {args.rounds} alternating rounds, each engine in its own process; "
+          f"load average {os.getloadavg()[0]:.1f} (per CPU-second: robust to other processes taking the cores)")
+    print(markdown_table(["engine", "target tokens/s (wall)", f"vs {rival}", "target tokens per CPU-second",
+                          f"vs {rival}", f"same best hyp as {rival}"], rows))
 
 
 if __name__ == "__main__":
