@@ -31,7 +31,8 @@ from pathlib import Path
 
 from common import ROOT, markdown_table
 
-ENGINES = ("transduce-load", "transduce-fp32", "transduce-bf16", "transduce-int8", "transduce-fp32-native", "transduce-bf16-native",
+ENGINES = ("transduce-load",  # transduce.load(model_dir) with no speed arguments
+           "transduce-fp32", "transduce-bf16", "transduce-int8", "transduce-fp32-native", "transduce-bf16-native",
            "transduce-int8-native", "hf-fp32", "ct2-float32", "ct2-int8")
 # measured in session 4 and slower where it matters (BENCHMARKS.md); runnable by name, not by default
 EXPERIMENTS = ("transduce-bf16-compile", "transduce-int8-compile")
