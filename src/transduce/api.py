@@ -54,6 +54,7 @@ def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str |
         reverse, v, _ = load_model_dir(channel, device)
         if v.src.proto != vocabs.tgt.proto or v.tgt.proto != vocabs.src.proto:
             raise ValueError(f"{channel}: the channel model's vocabularies are not {model_dir}'s, reversed")
-        reverse = for_decoding(reverse, "bf16" if ran.name.startswith("bf16") else "fp32", device)
+        dtype = ran.name.partition("-")[0]
+        reverse = for_decoding(reverse, "fp32" if dtype == "int8" else dtype, device)  # int8: the fp32 channel
     decoder = decoders[0] if len(decoders) == 1 else Ensemble(decoders)
     return Translator(decoder, vocabs, device, meta, channel=reverse, fast_paths=fast)
