@@ -43,7 +43,9 @@ def main() -> None:
         start = time.perf_counter()
         for _ in range(5):
             run(kind)
-        print(f"{kind:12s} {(time.perf_counter() - start) / 5 * 1000:6.1f} ms forward + backward ({args.threads} threads)")
+        print(
+            f"{kind:12s} {(time.perf_counter() - start) / 5 * 1000:6.1f} ms forward + backward ({args.threads} threads)"
+        )
 
 
 if __name__ == "__main__":

@@ -31,9 +31,18 @@ from pathlib import Path
 
 from common import ROOT, markdown_table
 
-ENGINES = ("transduce-load",  # transduce.load(model_dir) with no speed arguments
-           "transduce-fp32", "transduce-bf16", "transduce-int8", "transduce-fp32-native", "transduce-bf16-native",
-           "transduce-int8-native", "hf-fp32", "ct2-float32", "ct2-int8")
+ENGINES = (
+    "transduce-load",  # transduce.load(model_dir) with no speed arguments
+    "transduce-fp32",
+    "transduce-bf16",
+    "transduce-int8",
+    "transduce-fp32-native",
+    "transduce-bf16-native",
+    "transduce-int8-native",
+    "hf-fp32",
+    "ct2-float32",
+    "ct2-int8",
+)
 # torch.compile'd steps: slower at batch 64 when measured; runnable by name, not by default
 EXPERIMENTS = ("transduce-bf16-compile", "transduce-int8-compile")
 SAME_ARITHMETIC = {"hf-fp32": "transduce-fp32", "ct2-float32": "transduce-fp32"}  # pairs whose outputs must agree
@@ -90,8 +99,15 @@ def _hf(export_dir: Path, threads: int):
         width = max(len(s) for s in batch)
         ids = torch.tensor([s + [model.config.pad_token_id] * (width - len(s)) for s in batch])  # (B, S)
         mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in batch])
-        out = model.generate(input_ids=ids, attention_mask=mask, num_beams=beam, do_sample=False,
-                             length_penalty=0.0, max_new_tokens=width + MAX_LEN_B, early_stopping=True)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            num_beams=beam,
+            do_sample=False,
+            length_penalty=0.0,
+            max_new_tokens=width + MAX_LEN_B,
+            early_stopping=True,
+        )
         return [[t for t in row.tolist()[1:] if t != eos and t != model.config.pad_token_id] for row in out]
 
     return run
@@ -100,16 +116,22 @@ def _hf(export_dir: Path, threads: int):
 def _ct2(export_dir: Path, compute_type: str, threads: int, vocab):
     import ctranslate2
 
-    translator = ctranslate2.Translator(str(export_dir), device="cpu", compute_type=compute_type,
-                                        intra_threads=threads, inter_threads=1)
+    translator = ctranslate2.Translator(
+        str(export_dir), device="cpu", compute_type=compute_type, intra_threads=threads, inter_threads=1
+    )
 
     def run(batch: list[list[int]], beam: int) -> list[list[int]]:
         pieces = [vocab.pieces(s[:-1]) for s in batch]  # CTranslate2 appends eos itself
         # min_decoding_length=0: translate_batch defaults to 1, which bars eos at the first step, so an empty
         # hypothesis (eos first) could not win there while transduce's and HF's beam search allow it.
-        results = translator.translate_batch(pieces, beam_size=beam, length_penalty=0.0, max_batch_size=len(batch),
-                                             max_decoding_length=max(len(s) for s in batch) + MAX_LEN_B,
-                                             min_decoding_length=0)
+        results = translator.translate_batch(
+            pieces,
+            beam_size=beam,
+            length_penalty=0.0,
+            max_batch_size=len(batch),
+            max_decoding_length=max(len(s) for s in batch) + MAX_LEN_B,
+            min_decoding_length=0,
+        )
         return [[vocab.sp.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
 
     return run
@@ -146,9 +168,19 @@ def worker(argv: list[str]) -> None:
     for i in range(0, len(sources), args.batch):
         hyps += run(sources[i : i + args.batch], args.beam)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0  # cpu: all of the process's threads
-    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "sentences": len(hyps),
-                      "tokens": sum(len(h) + 1 for h in hyps),
-                      "maxrss_mb": peak_rss_mb(), "warmup_s": warmup, "hyps": hyps}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "cpu_seconds": cpu,
+                "sentences": len(hyps),
+                "tokens": sum(len(h) + 1 for h in hyps),
+                "maxrss_mb": peak_rss_mb(),
+                "warmup_s": warmup,
+                "hyps": hyps,
+            }
+        )
+    )
 
 
 def peak_rss_mb() -> float:
@@ -169,9 +201,11 @@ def export_all(model_dir: Path, exports: Path) -> dict[str, str]:
 
     model, vocabs, meta = load_model_dir(model_dir)
     missing = {}
-    jobs = {"hf-fp32": ("hf", lambda out: export_marian(model, vocabs, out, meta, ids_only=True)),  # ids in, ids out
-            "ct2-float32": ("ct2-float32", lambda out: export_ctranslate2(model, vocabs, out, None)),
-            "ct2-int8": ("ct2-int8", lambda out: export_ctranslate2(model, vocabs, out, "int8"))}
+    jobs = {
+        "hf-fp32": ("hf", lambda out: export_marian(model, vocabs, out, meta, ids_only=True)),  # ids in, ids out
+        "ct2-float32": ("ct2-float32", lambda out: export_ctranslate2(model, vocabs, out, None)),
+        "ct2-int8": ("ct2-int8", lambda out: export_ctranslate2(model, vocabs, out, "int8")),
+    }
     for engine, (name, export) in jobs.items():
         if (exports / name / "DONE").is_file():
             continue
@@ -186,9 +220,9 @@ def export_all(model_dir: Path, exports: Path) -> dict[str, str]:
 def quick_model(data, preset: str, steps: int, out: Path):
     """A model trained for ``steps`` updates with transduce's trainer step (reused when present)."""
     import torch
-
     from bench_train import Trainer
     from data import train_batches
+
     from transduce.model import ModelConfig, Transformer
     from transduce.modeldir import save_model_dir
     from transduce.train.dropout import use_fast_dropout
@@ -207,8 +241,12 @@ def quick_model(data, preset: str, steps: int, out: Path):
             if done % 50 == 0:
                 print(f"  decode model: update {done}/{steps}, loss {loss:.3f}", flush=True)
         epoch += 1
-    save_model_dir(out, model, data.vocabs, {"src_lang": "en", "tgt_lang": "de",
-                                             "bench": f"{preset}, {steps} bf16 updates of ~3,840 target tokens"})
+    save_model_dir(
+        out,
+        model,
+        data.vocabs,
+        {"src_lang": "en", "tgt_lang": "de", "bench": f"{preset}, {steps} bf16 updates of ~3,840 target tokens"},
+    )
     return out
 
 
@@ -221,8 +259,22 @@ def describe(meta: dict) -> str:
 
 
 def run_engine(engine: str, model_dir: Path, exports: Path, sources: Path, batch: int, threads: int) -> dict:
-    cmd = [sys.executable, str(Path(__file__)), "worker", engine, "--model", str(model_dir), "--exports", str(exports),
-           "--sources", str(sources), "--batch", str(batch), "--threads", str(threads)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__)),
+        "worker",
+        engine,
+        "--model",
+        str(model_dir),
+        "--exports",
+        str(exports),
+        "--sources",
+        str(sources),
+        "--batch",
+        str(batch),
+        "--threads",
+        str(threads),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
@@ -238,9 +290,16 @@ def part_decode(args, data) -> str:
     from transduce.evaluate import score_translations
     from transduce.modeldir import load_model_dir
 
-    model_dir = Path(args.decode_model) if args.decode_model else quick_model(
-        data, args.decode_preset, args.decode_train_steps,
-        ROOT / "runs" / "bench" / f"decode-{args.decode_preset}-{args.decode_train_steps}")
+    model_dir = (
+        Path(args.decode_model)
+        if args.decode_model
+        else quick_model(
+            data,
+            args.decode_preset,
+            args.decode_train_steps,
+            ROOT / "runs" / "bench" / f"decode-{args.decode_preset}-{args.decode_train_steps}",
+        )
+    )
     exports = ROOT / "runs" / "bench" / "exports" / model_dir.name
     exports.mkdir(parents=True, exist_ok=True)
     missing = export_all(model_dir, exports)
@@ -262,7 +321,8 @@ def part_decode(args, data) -> str:
         for _ in range(args.decode_repeats):
             for engine in engines:  # alternating: every engine once per round
                 results.setdefault((engine, batch), []).append(
-                    run_engine(engine, model_dir, exports, path, batch, args.threads))
+                    run_engine(engine, model_dir, exports, path, batch, args.threads)
+                )
         medians = {}
         for engine in engines:
             runs = [r for r in results[(engine, batch)] if "error" not in r]
@@ -271,35 +331,72 @@ def part_decode(args, data) -> str:
                 continue
             sec = statistics.median(r["seconds"] for r in runs)
             if engine.endswith("-compile"):
-                notes.append(f"- {engine} batch {batch}: compiling plus the untimed warm-up batch took "
-                             f"{statistics.median(r['warmup_s'] for r in runs):.0f} s (median)")
-            medians[engine] = (runs[0]["tokens"] / sec, runs[0]["sentences"] / sec, max(r["maxrss_mb"] for r in runs),
-                               runs[0]["hyps"])
+                notes.append(
+                    f"- {engine} batch {batch}: compiling plus the untimed warm-up batch took "
+                    f"{statistics.median(r['warmup_s'] for r in runs):.0f} s (median)"
+                )
+            medians[engine] = (
+                runs[0]["tokens"] / sec,
+                runs[0]["sentences"] / sec,
+                max(r["maxrss_mb"] for r in runs),
+                runs[0]["hyps"],
+            )
         ref = medians.get("transduce-fp32")
         refs = [test.tgt_text(i) for i in range(min(count, len(sources_all)))]  # what every engine decoded
-        bleu = {engine: score_translations([vocabs.tgt.decode(h) for h in m[3]], refs,
-                                           data.manifest["tgt_lang"])["tok_lc_bleu"]
-                for engine, m in medians.items()}
+        bleu = {
+            engine: score_translations([vocabs.tgt.decode(h) for h in m[3]], refs, data.manifest["tgt_lang"])[
+                "tok_lc_bleu"
+            ]
+            for engine, m in medians.items()
+        }
         for engine, (tok_s, sent_s, rss, hyps) in medians.items():
             vs_ct2 = tok_s / medians["ct2-float32"][0] if "ct2-float32" in medians else float("nan")
             vs_hf = tok_s / medians["hf-fp32"][0] if "hf-fp32" in medians else float("nan")
             agree = f"{agreement(hyps, ref[3]):.0%}" if ref else "n/a"
             delta = f" ({bleu[engine] - bleu['transduce-fp32']:+.2f})" if ref and engine != "transduce-fp32" else ""
-            rows.append([str(batch), engine, f"{tok_s:,.0f}", f"{sent_s:,.1f}", f"{rss:,.0f}", f"{vs_ct2:.2f}×",
-                         f"{vs_hf:.2f}×", agree, f"{bleu[engine]:.2f}{delta}"])
+            rows.append(
+                [
+                    str(batch),
+                    engine,
+                    f"{tok_s:,.0f}",
+                    f"{sent_s:,.1f}",
+                    f"{rss:,.0f}",
+                    f"{vs_ct2:.2f}×",
+                    f"{vs_hf:.2f}×",
+                    agree,
+                    f"{bleu[engine]:.2f}{delta}",
+                ]
+            )
     notes += [f"- {engine}: not measured — {why}" for engine, why in missing.items()]
-    table = markdown_table(["batch", "engine", "tokens/s", "sentences/s", "peak RSS MB", "vs CT2 float32",
-                            "vs HF generate", "best hyp = transduce fp32", "tok-lc BLEU (Δ fp32)"], rows)
+    table = markdown_table(
+        [
+            "batch",
+            "engine",
+            "tokens/s",
+            "sentences/s",
+            "peak RSS MB",
+            "vs CT2 float32",
+            "vs HF generate",
+            "best hyp = transduce fp32",
+            "tok-lc BLEU (Δ fp32)",
+        ],
+        rows,
+    )
     meta = load_model_dir(model_dir)[2]
-    return (f"### Decoding, beam 4\n\nModel `{model_dir.relative_to(ROOT) if model_dir.is_relative_to(ROOT) else model_dir}`"
-            f" ({describe(meta)}); Multi30k test_2016_flickr en→de, first "
-            f"{args.decode_sentences} sentences at batch 64 and {args.decode_sentences_batch1} at batch 1; median of "
-            f"{args.decode_repeats} alternating runs, each engine in its own process (peak RSS = that process's "
-            "VmHWM, model load included). Length penalty 0, max length |x| + 50. Tokens = output tokens + eos. "
-            "BLEU: tokenised, lowercased, on the sentences decoded at that batch size (bf16 and "
-            "int8 are meant to stay within 0.3 of fp32). "
-            f"Pairs with the same arithmetic: {', '.join(f'{a} ≡ {b}' for a, b in SAME_ARITHMETIC.items())}.\n\n"
-            + table + "\n\n" + "\n".join(notes) + "\n")
+    return (
+        f"### Decoding, beam 4\n\nModel `{model_dir.relative_to(ROOT) if model_dir.is_relative_to(ROOT) else model_dir}`"
+        f" ({describe(meta)}); Multi30k test_2016_flickr en→de, first "
+        f"{args.decode_sentences} sentences at batch 64 and {args.decode_sentences_batch1} at batch 1; median of "
+        f"{args.decode_repeats} alternating runs, each engine in its own process (peak RSS = that process's "
+        "VmHWM, model load included). Length penalty 0, max length |x| + 50. Tokens = output tokens + eos. "
+        "BLEU: tokenised, lowercased, on the sentences decoded at that batch size (bf16 and "
+        "int8 are meant to stay within 0.3 of fp32). "
+        f"Pairs with the same arithmetic: {', '.join(f'{a} ≡ {b}' for a, b in SAME_ARITHMETIC.items())}.\n\n"
+        + table
+        + "\n\n"
+        + "\n".join(notes)
+        + "\n"
+    )
 
 
 def compare(argv: list[str]) -> None:
@@ -339,13 +436,35 @@ def compare(argv: list[str]) -> None:
     rival = args.engines[-1]
     wall = {e: statistics.median(r["tokens"] / r["seconds"] for r in rs) for e, rs in runs.items()}
     cpu = {e: statistics.median(r["tokens"] / r["cpu_seconds"] for r in rs) for e, rs in runs.items()}
-    rows = [[e, f"{wall[e]:,.0f}", f"{wall[e] / wall[rival]:.2f}×", f"{cpu[e]:,.0f}", f"{cpu[e] / cpu[rival]:.2f}×",
-             f"{agreement(runs[e][0]['hyps'], runs[rival][0]['hyps']):.0%}"] for e in args.engines]
-    print(f"{len(sources[: args.count])} sentences of {args.data} {args.split}, batch {args.batch}, beam 4, "
-          f"{args.threads} thread(s), median of {args.rounds} alternating rounds, each engine in its own process; "
-          f"load average {os.getloadavg()[0]:.1f} (per CPU-second: robust to other processes taking the cores)")
-    print(markdown_table(["engine", "target tokens/s (wall)", f"vs {rival}", "target tokens per CPU-second",
-                          f"vs {rival}", f"same best hyp as {rival}"], rows))
+    rows = [
+        [
+            e,
+            f"{wall[e]:,.0f}",
+            f"{wall[e] / wall[rival]:.2f}×",
+            f"{cpu[e]:,.0f}",
+            f"{cpu[e] / cpu[rival]:.2f}×",
+            f"{agreement(runs[e][0]['hyps'], runs[rival][0]['hyps']):.0%}",
+        ]
+        for e in args.engines
+    ]
+    print(
+        f"{len(sources[: args.count])} sentences of {args.data} {args.split}, batch {args.batch}, beam 4, "
+        f"{args.threads} thread(s), median of {args.rounds} alternating rounds, each engine in its own process; "
+        f"load average {os.getloadavg()[0]:.1f} (per CPU-second: robust to other processes taking the cores)"
+    )
+    print(
+        markdown_table(
+            [
+                "engine",
+                "target tokens/s (wall)",
+                f"vs {rival}",
+                "target tokens per CPU-second",
+                f"vs {rival}",
+                f"same best hyp as {rival}",
+            ],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

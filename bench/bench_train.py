@@ -18,6 +18,8 @@ import statistics
 from dataclasses import dataclass
 
 import torch
+from common import alternate, gemm_peak, human, markdown_table
+from peer import PeerTransformer, copy_weights
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -26,9 +28,6 @@ from transduce.model import ModelConfig, Transformer
 from transduce.train.dropout import use_fast_dropout
 from transduce.train.schedule import Schedule
 from transduce.train.step import Stepper
-
-from common import alternate, gemm_peak, human, markdown_table
-from peer import PeerTransformer, copy_weights
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 CPU = torch.device("cpu")
@@ -89,8 +88,9 @@ class ThroughputResult:
         return self.tok_s["transduce"] / self.tok_s["nn.Transformer"]
 
 
-def throughput(preset: str, dtype: str, batches: list[Batch], vocab_size: int, repeats: int,
-               peak: float) -> ThroughputResult:
+def throughput(
+    preset: str, dtype: str, batches: list[Batch], vocab_size: int, repeats: int, peak: float
+) -> ThroughputResult:
     """Median tokens/s of each contender over ``repeats`` alternating passes over ``batches``."""
     models = build_models(preset, vocab_size)
     fpt = flops_per_token(models["transduce"], batches[0], dtype)
@@ -101,20 +101,53 @@ def throughput(preset: str, dtype: str, batches: list[Batch], vocab_size: int, r
 
     timings = alternate({name: runner(name) for name in models}, repeats=repeats, warmup=1)
     tokens = sum(b.tgt_tokens for b in batches)
-    return ThroughputResult(preset, dtype, models["transduce"].num_parameters(), tokens, len(batches), fpt, peak,
-                            {n: tokens / timings.median(n) for n in models},
-                            {n: timings.spread(n) for n in models}, repeats)
+    return ThroughputResult(
+        preset,
+        dtype,
+        models["transduce"].num_parameters(),
+        tokens,
+        len(batches),
+        fpt,
+        peak,
+        {n: tokens / timings.median(n) for n in models},
+        {n: timings.spread(n) for n in models},
+        repeats,
+    )
 
 
 def throughput_table(results: list[ThroughputResult]) -> str:
     rows = []
     for r in results:
         for name in ("transduce", "nn.Transformer"):
-            rows.append([r.preset, f"{r.params / 1e6:.1f}M", r.dtype, name, f"{r.tok_s[name]:,.0f}",
-                         f"±{r.spread[name] * 50:.0f}%", human(r.flops_per_token, "FLOP"), human(r.peak, "FLOP/s"),
-                         f"{r.mfu(name):.0%}", f"**{r.ratio:.2f}×**" if name == "transduce" else ""])
-    return markdown_table(["config", "params", "dtype", "model", "target tok/s (median)", "spread", "FLOPs/token",
-                           "GEMM peak", "MFU", "transduce / peer"], rows)
+            rows.append(
+                [
+                    r.preset,
+                    f"{r.params / 1e6:.1f}M",
+                    r.dtype,
+                    name,
+                    f"{r.tok_s[name]:,.0f}",
+                    f"±{r.spread[name] * 50:.0f}%",
+                    human(r.flops_per_token, "FLOP"),
+                    human(r.peak, "FLOP/s"),
+                    f"{r.mfu(name):.0%}",
+                    f"**{r.ratio:.2f}×**" if name == "transduce" else "",
+                ]
+            )
+    return markdown_table(
+        [
+            "config",
+            "params",
+            "dtype",
+            "model",
+            "target tok/s (median)",
+            "spread",
+            "FLOPs/token",
+            "GEMM peak",
+            "MFU",
+            "transduce / peer",
+        ],
+        rows,
+    )
 
 
 def top_ops(preset: str, dtype: str, batches: list[Batch], vocab_size: int, rows: int = 15) -> str:
@@ -147,7 +180,11 @@ def curves(preset: str, dtype: str, batches: list[Batch], vocab_size: int, warmu
     All three start from the same weights and follow the paper's schedule (§5.3) with a short warm-up;
     the gap between the two transduce seeds is the noise that dropout alone makes.
     """
-    runs = {"transduce": ("transduce", 1), "transduce seed 2": ("transduce", 2), "nn.Transformer": ("nn.Transformer", 1)}
+    runs = {
+        "transduce": ("transduce", 1),
+        "transduce seed 2": ("transduce", 2),
+        "nn.Transformer": ("nn.Transformer", 1),
+    }
     out = {}
     for label, (name, seed) in runs.items():
         step = Trainer(build_models(preset, vocab_size)[name], dtype, warmup)
@@ -158,8 +195,7 @@ def curves(preset: str, dtype: str, batches: list[Batch], vocab_size: int, warmu
 
 def curve_table(r: CurveResult, every: int = 10) -> str:
     names = list(r.curves)
-    rows = [[str(s)] + [f"{r.curves[n][s - 1]:.3f}" for n in names]
-            for s in range(every, r.steps + 1, every)]
+    rows = [[str(s)] + [f"{r.curves[n][s - 1]:.3f}" for n in names] for s in range(every, r.steps + 1, every)]
     return markdown_table(["step"] + names, rows)
 
 
@@ -179,8 +215,11 @@ def main(argv: list[str] | None = None) -> None:
     batches = train_batches(data, args.batches)
     print(f"machine {machine()}, threads {torch.get_num_threads()}")
     peaks = {d: gemm_peak(DTYPES[d]) for d in args.dtypes.split(",")}
-    results = [throughput(c, d, batches, len(data.vocabs.src), args.repeats, peaks[d])
-               for c in args.configs.split(",") for d in args.dtypes.split(",")]
+    results = [
+        throughput(c, d, batches, len(data.vocabs.src), args.repeats, peaks[d])
+        for c in args.configs.split(",")
+        for d in args.dtypes.split(",")
+    ]
     print(throughput_table(results))
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
 from bench_train import build_models
 from common import alternate, machine, set_threads
 from data import prepared, train_batches
+
 from transduce.train.schedule import Schedule
 from transduce.train.step import Stepper
 
@@ -43,8 +43,9 @@ def user_step(model, dtype: str, pad_id: int = 0):
         with cast:
             logits = model(src, tgt[:, :-1])  # (B, T-1, V)
         labels = tgt[:, 1:]  # (B, T-1)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=pad_id,
-                               label_smoothing=0.1, reduction="sum") / int((labels != pad_id).sum())
+        loss = F.cross_entropy(
+            logits.float().flatten(0, 1), labels.flatten(), ignore_index=pad_id, label_smoothing=0.1, reduction="sum"
+        ) / int((labels != pad_id).sum())
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -74,8 +75,11 @@ def main() -> None:
     batches = train_batches(data, args.batches)
     models = build_models(args.preset, len(data.vocabs.src))
     if args.only:  # the memory run: the other model dropped, a warm-up and one more pass, then peak RSS
-        step = (ours_step(models.pop("transduce"), args.dtype) if args.only == "transduce"
-                else user_step(models.pop("nn.Transformer"), args.dtype))
+        step = (
+            ours_step(models.pop("transduce"), args.dtype)
+            if args.only == "transduce"
+            else user_step(models.pop("nn.Transformer"), args.dtype)
+        )
         models.clear()
         gc.collect()
         Path("/proc/self/clear_refs").write_text("5")  # Linux: reset VmHWM, the peak so far (data, both models)
@@ -84,22 +88,32 @@ def main() -> None:
         hwm = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmHWM"))
         print(int(hwm.split()[1]) / 1024)  # kB -> MiB
         return
-    steps = {"transduce trainer": ours_step(models["transduce"], args.dtype),
-             "nn.Transformer + F.cross_entropy": user_step(models["nn.Transformer"], args.dtype)}
+    steps = {
+        "transduce trainer": ours_step(models["transduce"], args.dtype),
+        "nn.Transformer + F.cross_entropy": user_step(models["nn.Transformer"], args.dtype),
+    }
     timings = alternate({n: (lambda f=f: [f(b) for b in batches]) for n, f in steps.items()}, repeats=args.repeats)
     tokens = sum(b.tgt_tokens for b in batches)
     tok_s = {n: tokens / timings.median(n) for n in steps}
-    print(f"machine {machine()}, threads {torch.get_num_threads()}, {args.preset} {args.dtype}, {len(batches)} "
-          f"batches ({tokens} target tokens) per timed run, median of {args.repeats} alternating runs")
+    print(
+        f"machine {machine()}, threads {torch.get_num_threads()}, {args.preset} {args.dtype}, {len(batches)} "
+        f"batches ({tokens} target tokens) per timed run, median of {args.repeats} alternating runs"
+    )
     for n, v in tok_s.items():
         print(f"  {n:34s} {v:8,.0f} target tok/s  (spread ±{timings.spread(n) * 50:.0f}%)")
     a, b = tok_s.values()
     print(f"  ratio transduce / user-style peer: {a / b:.2f}x")
     base = [sys.executable, __file__, *sys.argv[1:]]
-    peak = {side: float(subprocess.run(base + ["--only", side], capture_output=True, text=True, check=True)
-                        .stdout.split()[-1]) for side in ("transduce", "peer")}
-    print(f"  peak RSS while training, each side in its own process: transduce {peak['transduce']:,.0f} MiB, "
-          f"user-style peer {peak['peer']:,.0f} MiB (weights included)")
+    peak = {
+        side: float(
+            subprocess.run(base + ["--only", side], capture_output=True, text=True, check=True).stdout.split()[-1]
+        )
+        for side in ("transduce", "peer")
+    }
+    print(
+        f"  peak RSS while training, each side in its own process: transduce {peak['transduce']:,.0f} MiB, "
+        f"user-style peer {peak['peer']:,.0f} MiB (weights included)"
+    )
 
 
 if __name__ == "__main__":

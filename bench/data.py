@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from common import MULTI30K, ROOT
+
 from transduce.data import PreparedData
 from transduce.data.batching import Batch, TokenBatches
 from transduce.data.build import BuildSettings, build
 from transduce.data.multi30k import load_multi30k
-
-from common import MULTI30K, ROOT
 
 DATA_DIR = ROOT / "runs" / "bench" / "multi30k-en-de"
 

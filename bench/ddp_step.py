@@ -43,16 +43,24 @@ def main() -> None:
     model = Transformer(cfg).train()
     use_fast_dropout(model)
     opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=True)
-    stepper = Stepper(model, opt, Schedule("rsqrt", 4000, cfg.d_model), device=torch.device("cpu"), dtype="bf16",
-                      objective=RDrop(cfg.label_smoothing, 2.0), ctx=ctx)
+    stepper = Stepper(
+        model,
+        opt,
+        Schedule("rsqrt", 4000, cfg.d_model),
+        device=torch.device("cpu"),
+        dtype="bf16",
+        objective=RDrop(cfg.label_smoothing, 2.0),
+        ctx=ctx,
+    )
     batches = TokenBatches(data.split("train"), 1024, seed=1, rank=ctx.rank, world_size=ctx.world_size).epoch(1)
-    warm, timed = batches[:5], batches[5:5 + args.updates]
+    warm, timed = batches[:5], batches[5 : 5 + args.updates]
     ddp = nn.parallel.DistributedDataParallel
     variants = {
         "torch defaults": lambda: ddp(stepper.loss),
         "transduce": lambda: wrap(stepper.loss, ctx, torch.device("cpu")),
-        "+ batched_grad_copy": lambda: ddp(stepper.loss, forward_sync_buffers=False, gradient_as_bucket_view=True,
-                                           batched_grad_copy=True),
+        "+ batched_grad_copy": lambda: ddp(
+            stepper.loss, forward_sync_buffers=False, gradient_as_bucket_view=True, batched_grad_copy=True
+        ),
         "+ zero, not None, grads": lambda: wrap(stepper.loss, ctx, torch.device("cpu")),
         "no gradient all-reduce": lambda: wrap(stepper.loss, ctx, torch.device("cpu")),
     }
@@ -63,12 +71,15 @@ def main() -> None:
                 continue
             stepper.model = make()
             update = stepper.update
-            opt.zero_grad = (lambda set_to_none=True: zero_grad(set_to_none=False)) if name.startswith("+ zero") \
-                else zero_grad
+            opt.zero_grad = (
+                (lambda set_to_none=True: zero_grad(set_to_none=False)) if name.startswith("+ zero") else zero_grad
+            )
             if name.startswith("no gradient"):
+
                 def update(batch_list, step, _update=stepper.update, _ddp=stepper.model):
                     with _ddp.no_sync():
                         return _update(batch_list, step)
+
             for i, batch in enumerate(warm):
                 update([batch], i + 1)
             dist.barrier()
@@ -77,10 +88,12 @@ def main() -> None:
                 tokens += update([batch], 100 + i).tokens
             seconds = time.perf_counter() - start
             if ctx.is_main:
-                print(f"round {round_} {name:24s} {seconds / len(timed) * 1000:6.1f} ms per update, "
-                      f"{tokens / seconds / ctx.world_size:6.0f} target tokens/s per process "
-                      f"({len(timed)} updates of ~{tokens // len(timed)} tokens on {ctx.world_size} processes)",
-                      flush=True)
+                print(
+                    f"round {round_} {name:24s} {seconds / len(timed) * 1000:6.1f} ms per update, "
+                    f"{tokens / seconds / ctx.world_size:6.0f} target tokens/s per process "
+                    f"({len(timed)} updates of ~{tokens // len(timed)} tokens on {ctx.world_size} processes)",
+                    flush=True,
+                )
             stepper.close()
     dist.destroy_process_group()
 

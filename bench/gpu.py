@@ -38,19 +38,38 @@ from transduce.train.schedule import Schedule  # noqa: E402
 from transduce.train.step import Stepper  # noqa: E402
 
 
-
 def environment(device: torch.device) -> dict:
     if device.type != "cuda":
-        return {"gpu": "none (CPU smoke run)", "memory_gib": 0, "torch": torch.__version__, "cuda": None,
-                "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
+        return {
+            "gpu": "none (CPU smoke run)",
+            "memory_gib": 0,
+            "torch": torch.__version__,
+            "cuda": None,
+            "cpu_count": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%d"),
+        }
     p = torch.cuda.get_device_properties(0)
-    return {"gpu": p.name, "memory_gib": round(p.total_memory / 2**30, 1), "sms": p.multi_processor_count,
-            "torch": torch.__version__, "cuda": torch.version.cuda, "cpu_count": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d")}
+    return {
+        "gpu": p.name,
+        "memory_gib": round(p.total_memory / 2**30, 1),
+        "sms": p.multi_processor_count,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpu_count": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
 
-def train_speed(data: PreparedData, preset: str, impl: str, dtype: str, max_tokens: int, steps: int,
-                device: torch.device, warmup: int = 5) -> dict:
+def train_speed(
+    data: PreparedData,
+    preset: str,
+    impl: str,
+    dtype: str,
+    max_tokens: int,
+    steps: int,
+    device: torch.device,
+    warmup: int = 5,
+) -> dict:
     """Target tokens per second over ``steps`` updates (after ``warmup``), and peak GPU memory."""
     cfg = ModelConfig.preset(preset, vocab_size=len(data.vocabs.src))
     torch.manual_seed(1)
@@ -61,8 +80,14 @@ def train_speed(data: PreparedData, preset: str, impl: str, dtype: str, max_toke
         copy_weights(model, ours)
     model = model.to(device).train()
     opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=True)
-    stepper = Stepper(model, opt, Schedule("rsqrt", 4000, cfg.d_model), device=device, dtype=dtype,
-                      label_smoothing=cfg.label_smoothing)
+    stepper = Stepper(
+        model,
+        opt,
+        Schedule("rsqrt", 4000, cfg.d_model),
+        device=device,
+        dtype=dtype,
+        label_smoothing=cfg.label_smoothing,
+    )
     batches = TokenBatches(data.split("train"), max_tokens, seed=1).epoch(1)
     batches = [batches[i % len(batches)] for i in range(warmup + steps)]
     for i in range(warmup):
@@ -75,9 +100,16 @@ def train_speed(data: PreparedData, preset: str, impl: str, dtype: str, max_toke
         tokens += stepper.update([batches[i]], i + 1).tokens
     sync(device)
     seconds = time.perf_counter() - start
-    out = {"preset": preset, "impl": impl, "dtype": dtype, "max_tokens": max_tokens, "steps": steps,
-           "tgt_tokens_per_s": round(tokens / seconds), "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if device.type == "cuda" else None,
-           "parameters": sum(p.numel() for p in ours.parameters())}
+    out = {
+        "preset": preset,
+        "impl": impl,
+        "dtype": dtype,
+        "max_tokens": max_tokens,
+        "steps": steps,
+        "tgt_tokens_per_s": round(tokens / seconds),
+        "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if device.type == "cuda" else None,
+        "parameters": sum(p.numel() for p in ours.parameters()),
+    }
     del stepper, opt, model, ours
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -89,16 +121,17 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def train_under_torchrun(data_dir: Path, run: Path, minutes: float, device: torch.device, preset: str,
-                         peak_lr: float) -> dict:
+def train_under_torchrun(
+    data_dir: Path, run: Path, minutes: float, device: torch.device, preset: str, peak_lr: float
+) -> dict:
     """``transduce train`` under torchrun for ``minutes``; the trainer writes RUN/run/model."""
     cfg = run / "train.toml"
     run.mkdir(parents=True, exist_ok=True)
     cfg.write_text(f"""[train]
 data = "{data_dir}"
-out = "{run / 'run'}"
+out = "{run / "run"}"
 device = "{device.type}"
-dtype = "{'bf16' if device.type == 'cuda' else 'fp32'}"
+dtype = "{"bf16" if device.type == "cuda" else "fp32"}"
 max_tokens = 8192
 schedule = "linear"
 peak_lr = {peak_lr}
@@ -117,8 +150,22 @@ dropout = 0.3
 """)
     env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     start = time.perf_counter()
-    log = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1",
-                          "-m", "transduce", "train", str(cfg)], env=env, capture_output=True, text=True)
+    log = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=1",
+            "-m",
+            "transduce",
+            "train",
+            str(cfg),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - start
     tail = (log.stdout + log.stderr)[-3000:]
     print(tail, flush=True)
@@ -127,8 +174,14 @@ dropout = 0.3
     return {"wall_s": round(wall, 1), "minutes": minutes, "log_tail": tail[-1500:]}
 
 
-def decode_speed(model_dir: Path, data: PreparedData, device: torch.device, split: str = "test",
-                 batch: int = 64, sentences: int | None = None) -> list[dict]:
+def decode_speed(
+    model_dir: Path,
+    data: PreparedData,
+    device: torch.device,
+    split: str = "test",
+    batch: int = 64,
+    sentences: int | None = None,
+) -> list[dict]:
     """Beam 4 over ``split``: transduce in fp32/bf16/fp16 and CTranslate2 where it runs; sentences/s and BLEU."""
     from transduce.api import load
     from transduce.evaluate import score_translations
@@ -148,17 +201,24 @@ def decode_speed(model_dir: Path, data: PreparedData, device: torch.device, spli
             sync(device)
             best = min(best or 1e9, time.perf_counter() - t)
         s = score_translations(hyps, refs, lang)
-        rows.append({"engine": f"transduce-{dtype}", "seconds": round(best, 2),
-                     "sentences_per_s": round(len(sources) / best, 1), "tok_lc_bleu": s["tok_lc_bleu"],
-                     "bleu": s["bleu"]})
+        rows.append(
+            {
+                "engine": f"transduce-{dtype}",
+                "seconds": round(best, 2),
+                "sentences_per_s": round(len(sources) / best, 1),
+                "tok_lc_bleu": s["tok_lc_bleu"],
+                "bleu": s["bleu"],
+            }
+        )
         print(rows[-1], flush=True)
         del tr
     rows += ct2_speed(model_dir, sources, refs, lang, batch, device)
     return rows
 
 
-def ct2_speed(model_dir: Path, sources: list[str], refs: list[str], lang: str, batch: int,
-              device: torch.device) -> list[dict]:
+def ct2_speed(
+    model_dir: Path, sources: list[str], refs: list[str], lang: str, batch: int, device: torch.device
+) -> list[dict]:
     """CTranslate2 on the GPU with the same weights, or one row saying why it could not run."""
     try:
         import ctranslate2
@@ -185,9 +245,15 @@ def ct2_speed(model_dir: Path, sources: list[str], refs: list[str], lang: str, b
                 best = min(best or 1e9, time.perf_counter() - t)
             hyps = [vocabs.tgt.sp.decode_pieces(r.hypotheses[0]) for r in res]
             s = score_translations(hyps, refs, lang)
-            rows.append({"engine": f"ct2-{compute}", "seconds": round(best, 2),
-                         "sentences_per_s": round(len(sources) / best, 1), "tok_lc_bleu": s["tok_lc_bleu"],
-                         "bleu": s["bleu"]})
+            rows.append(
+                {
+                    "engine": f"ct2-{compute}",
+                    "seconds": round(best, 2),
+                    "sentences_per_s": round(len(sources) / best, 1),
+                    "tok_lc_bleu": s["tok_lc_bleu"],
+                    "bleu": s["bleu"],
+                }
+            )
             print(rows[-1], flush=True)
         return rows
     except Exception as e:  # noqa: BLE001 - the reason is the measurement
@@ -197,26 +263,39 @@ def ct2_speed(model_dir: Path, sources: list[str], refs: list[str], lang: str, b
 
 def markdown(results: dict) -> str:
     env = results["environment"]
-    lines = [f"GPU: {env['gpu']} ({env['memory_gib']} GiB), torch {env['torch']} (CUDA {env['cuda']}), "
-             f"{env['date']}; `python bench/gpu.py --data DATA --out OUT` on Multi30k en-de (8,000 shared pieces)", "",
-             "| preset | dtype | tokens/update | transduce tgt tok/s | nn.Transformer tgt tok/s | ratio | peak GiB (transduce / peer) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"GPU: {env['gpu']} ({env['memory_gib']} GiB), torch {env['torch']} (CUDA {env['cuda']}), "
+        f"{env['date']}; `python bench/gpu.py --data DATA --out OUT` on Multi30k en-de (8,000 shared pieces)",
+        "",
+        "| preset | dtype | tokens/update | transduce tgt tok/s | nn.Transformer tgt tok/s | ratio | peak GiB (transduce / peer) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     rows = results["train"]
     for r in rows:
         if r["impl"] != "transduce":
             continue
-        peer = next((p for p in rows if p["impl"] == "nn.Transformer" and p["preset"] == r["preset"]
-                     and p["dtype"] == r["dtype"]), None)
+        peer = next(
+            (
+                p
+                for p in rows
+                if p["impl"] == "nn.Transformer" and p["preset"] == r["preset"] and p["dtype"] == r["dtype"]
+            ),
+            None,
+        )
         ratio = f"{r['tgt_tokens_per_s'] / peer['tgt_tokens_per_s']:.2f}x" if peer else "-"
         peer_speed, peer_peak = (f"{peer['tgt_tokens_per_s']:,}", peer["peak_gib"]) if peer else ("-", "-")
-        lines.append(f"| {r['preset']} | {r['dtype']} | {r['max_tokens']:,} | {r['tgt_tokens_per_s']:,} | "
-                     f"{peer_speed} | {ratio} | {r['peak_gib']} / {peer_peak} |")
+        lines.append(
+            f"| {r['preset']} | {r['dtype']} | {r['max_tokens']:,} | {r['tgt_tokens_per_s']:,} | "
+            f"{peer_speed} | {ratio} | {r['peak_gib']} / {peer_peak} |"
+        )
     lines += ["", "| engine | sentences/s | seconds | tok-lc BLEU | sacreBLEU |", "|---|---|---|---|---|"]
     for r in results.get("decode", []):
         if "error" in r:
             lines.append(f"| {r['engine']} | not run: {r['error']} | | | |")
         else:
-            lines.append(f"| {r['engine']} | {r['sentences_per_s']} | {r['seconds']} | {r['tok_lc_bleu']} | {r['bleu']} |")
+            lines.append(
+                f"| {r['engine']} | {r['sentences_per_s']} | {r['seconds']} | {r['tok_lc_bleu']} | {r['bleu']} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -240,8 +319,11 @@ def main(argv: list[str] | None = None) -> None:
     results: dict = {"environment": environment(device), "train": []}
     print(results["environment"], flush=True)
     cuda = device.type == "cuda"
-    runs = ((("paper-base", 25000, ("bf16", "fp16")), ("paper-big", 25000, ("bf16",))) if cuda
-            else (("tiny", 2048, ("fp32",)),))
+    runs = (
+        (("paper-base", 25000, ("bf16", "fp16")), ("paper-big", 25000, ("bf16",)))
+        if cuda
+        else (("tiny", 2048, ("fp32",)),)
+    )
 
     def save() -> None:
         (args.out / "gpu.json").write_text(json.dumps(results, indent=1))
@@ -256,8 +338,9 @@ def main(argv: list[str] | None = None) -> None:
                     save()
     run = Path("/tmp/transduce-gpu-run")
     if "torchrun" not in args.skip:
-        results["torchrun"] = train_under_torchrun(args.data.resolve(), run, args.train_minutes, device,
-                                                   args.train_preset if cuda else "tiny", args.peak_lr)
+        results["torchrun"] = train_under_torchrun(
+            args.data.resolve(), run, args.train_minutes, device, args.train_preset if cuda else "tiny", args.peak_lr
+        )
         save()
     if "decode" not in args.skip and (run / "run" / "model").is_dir():
         results["decode"] = decode_speed(run / "run" / "model", data, device, sentences=args.sentences)

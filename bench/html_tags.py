@@ -57,11 +57,14 @@ def main() -> int:
         if args.show:
             print(f"{kind:15s} {out}")
     judged = len(rows) - counts["not translated"]
-    print(f"{len(rows)} sentences, {judged} with the expected word(s) in the translation: "
-          f"exact {counts['exact']} ({counts['exact'] / max(judged, 1):.0%}), "
-          f"wider {counts['wider']} ({counts['wider'] / max(judged, 1):.0%}), "
-          f"missed {counts['missed']} ({counts['missed'] / max(judged, 1):.0%}); "
-          f"layer {args.layer if args.layer is not None else 'default'}, beam {args.beam}", file=sys.stderr)
+    print(
+        f"{len(rows)} sentences, {judged} with the expected word(s) in the translation: "
+        f"exact {counts['exact']} ({counts['exact'] / max(judged, 1):.0%}), "
+        f"wider {counts['wider']} ({counts['wider'] / max(judged, 1):.0%}), "
+        f"missed {counts['missed']} ({counts['missed'] / max(judged, 1):.0%}); "
+        f"layer {args.layer if args.layer is not None else 'default'}, beam {args.beam}",
+        file=sys.stderr,
+    )
     return 0
 
 

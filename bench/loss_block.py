@@ -28,7 +28,7 @@ def matmuls_once():  # the four products of either version: two block-wise forwa
     for s in range(0, N, ROWS):
         e = min(s + ROWS, N)
         torch.mm(hc[s:e], wc.t(), out=g[s:e])
-        torch.mm(hc[N + s:N + e], wc.t(), out=g[s:e])
+        torch.mm(hc[N + s : N + e], wc.t(), out=g[s:e])
     for copy in (hc[:N], hc[N:]):
         g @ wc, g.t() @ copy
 

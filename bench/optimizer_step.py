@@ -31,7 +31,7 @@ grads = [p.grad for group in opt.param_groups if group["kind"] == "muon" for p i
 flop = 0
 for g in grads:  # per iteration: gram (m, m) from (m, n), gram @ gram, then (m, m) @ (m, n), with m <= n
     m, n = sorted(g.shape)
-    flop += NS_STEPS * (2 * m * m * n + 2 * m ** 3 + 2 * m * m * n)
+    flop += NS_STEPS * (2 * m * m * n + 2 * m**3 + 2 * m * m * n)
 by_shape = defaultdict(list)
 for g in grads:
     by_shape[tuple(g.shape)].append(g)
@@ -39,4 +39,4 @@ stacks = [torch.stack(v) for v in by_shape.values()]
 print(f"Newton-Schulz, {len(grads)} matrices, {flop / 1e9:.2f} GFLOP per update:")
 print(f"  matrix by matrix: {ms(lambda: [orthogonalize(g) for g in grads]):.1f} ms")
 print(f"  stacked by shape: {ms(lambda: [orthogonalize(s) for s in stacks]):.1f} ms")
-print(f"  one rank's half of each stack: {ms(lambda: [orthogonalize(s[:(len(s) + 1) // 2]) for s in stacks]):.1f} ms")
+print(f"  one rank's half of each stack: {ms(lambda: [orthogonalize(s[: (len(s) + 1) // 2]) for s in stacks]):.1f} ms")

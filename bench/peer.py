@@ -29,19 +29,29 @@ class PeerTransformer(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, d, padding_idx=cfg.pad_id)
         self.register_buffer("pe", sinusoid_table(cfg.max_positions, d), persistent=False)
         self.embed_dropout = nn.Dropout(cfg.dropout)
-        encoder = nn.TransformerEncoder(self._layer(nn.TransformerEncoderLayer, cfg), cfg.encoder_layers,
-                                        norm=None, enable_nested_tensor=False)
+        encoder = nn.TransformerEncoder(
+            self._layer(nn.TransformerEncoderLayer, cfg), cfg.encoder_layers, norm=None, enable_nested_tensor=False
+        )
         decoder = nn.TransformerDecoder(self._layer(nn.TransformerDecoderLayer, cfg), cfg.decoder_layers, norm=None)
-        self.transformer = nn.Transformer(d, cfg.n_heads, custom_encoder=encoder, custom_decoder=decoder,
-                                          batch_first=True)
+        self.transformer = nn.Transformer(
+            d, cfg.n_heads, custom_encoder=encoder, custom_decoder=decoder, batch_first=True
+        )
         self.generator = nn.Linear(d, cfg.vocab_size, bias=False)
         self._init_weights()
         self.generator.weight = self.embed.weight  # three-way tying (§3.4)
 
     @staticmethod
     def _layer(cls, cfg: ModelConfig) -> nn.Module:
-        layer = cls(cfg.d_model, cfg.n_heads, cfg.d_ff, dropout=cfg.dropout, activation="relu",
-                    batch_first=True, norm_first=False, layer_norm_eps=cfg.layer_norm_eps)
+        layer = cls(
+            cfg.d_model,
+            cfg.n_heads,
+            cfg.d_ff,
+            dropout=cfg.dropout,
+            activation="relu",
+            batch_first=True,
+            norm_first=False,
+            layer_norm_eps=cfg.layer_norm_eps,
+        )
         layer.dropout = nn.Identity()  # feed-forward hidden dropout: off in the paper presets
         for name in ("self_attn", "multihead_attn"):
             if hasattr(layer, name):
@@ -71,8 +81,14 @@ class PeerTransformer(nn.Module):
         pad = src == self.cfg.pad_id  # (B, S) True = ignore
         T = tgt.size(1)
         causal = nn.Transformer.generate_square_subsequent_mask(T, device=tgt.device)  # (T, T) -inf above
-        return self.transformer(self._embed(src), self._embed(tgt), tgt_mask=causal, src_key_padding_mask=pad,
-                                memory_key_padding_mask=pad, tgt_is_causal=True)  # (B, T, d)
+        return self.transformer(
+            self._embed(src),
+            self._embed(tgt),
+            tgt_mask=causal,
+            src_key_padding_mask=pad,
+            memory_key_padding_mask=pad,
+            tgt_is_causal=True,
+        )  # (B, T, d)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         return self.generator(self.hidden(src, tgt))  # (B, T, V)

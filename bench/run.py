@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import torch
-
 from common import ROOT, gemm_peak, load_average, machine, set_threads
 
 SECTIONS = ROOT / "runs" / "bench"
@@ -35,13 +34,15 @@ HuggingFace `generate` and CTranslate2 for decoding. How to read them: docs/perf
 
 def header(args: argparse.Namespace, title: str, dtypes: str) -> str:
     command = "python bench/run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"## {title}: {machine()}\n\n`{command}`\n\n"
-            f"CPU {machine()}, instruction set {torch.backends.cpu.get_cpu_capability()}, "
-            f"{torch.get_num_threads()} threads, {dtypes}, torch {torch.__version__}, transduce at {revision()}, "
-            f"{when}, 1-min load average at start {load_average()}"
-            + (" — **a shared machine: absolute figures are noisy, read the ratios**" if args.shared else "")
-            + "\n\n")
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"## {title}: {machine()}\n\n`{command}`\n\n"
+        f"CPU {machine()}, instruction set {torch.backends.cpu.get_cpu_capability()}, "
+        f"{torch.get_num_threads()} threads, {dtypes}, torch {torch.__version__}, transduce at {revision()}, "
+        f"{when}, 1-min load average at start {load_average()}"
+        + (" — **a shared machine: absolute figures are noisy, read the ratios**" if args.shared else "")
+        + "\n\n"
+    )
 
 
 def revision() -> str:
@@ -57,27 +58,27 @@ def revision() -> str:
 
 
 def part_train(args, batches, vocab_size: int) -> str:
-    from bench_train import throughput, throughput_table
-
-    from bench_train import DTYPES
+    from bench_train import DTYPES, throughput, throughput_table
 
     dtypes = args.dtypes.split(",")
     peaks: dict[str, float] = {}
     results = []
     for item in args.configs.split(","):
         preset, _, only = item.partition(":")  # "paper-base:bf16" runs that preset in bf16 only
-        for d in (only.split("+") if only else dtypes):
+        for d in only.split("+") if only else dtypes:
             if d not in peaks:
                 peaks[d] = gemm_peak(DTYPES[d])
             results.append(throughput(preset, d, batches, vocab_size, args.repeats, peaks[d]))
             print(throughput_table(results[-1:]), flush=True)
     tokens = results[0].tokens_per_run
-    text = (f"### Training throughput\n\n{len(batches)} Multi30k en→de batch(es) per timed run, {tokens:,} target "
-            f"tokens in all (~{tokens // len(batches):,} per batch), {args.repeats} alternating timed runs per "
-            "model after one warm-up run. Both models: the same weights, batches and trainer update "
-            "(`transduce.train.step.Stepper`: label-smoothed CE ε = 0.1 on non-pad positions, "
-            "Adam β = (0.9, 0.98), ε = 1e-9). GEMM peak: best 1024³ matmul in the same process. "
-            "MFU = tok/s × FLOPs/token ÷ peak. Spread = ±half the (max − min) / median of the timed runs.\n\n")
+    text = (
+        f"### Training throughput\n\n{len(batches)} Multi30k en→de batch(es) per timed run, {tokens:,} target "
+        f"tokens in all (~{tokens // len(batches):,} per batch), {args.repeats} alternating timed runs per "
+        "model after one warm-up run. Both models: the same weights, batches and trainer update "
+        "(`transduce.train.step.Stepper`: label-smoothed CE ε = 0.1 on non-pad positions, "
+        "Adam β = (0.9, 0.98), ε = 1e-9). GEMM peak: best 1024³ matmul in the same process. "
+        "MFU = tok/s × FLOPs/token ÷ peak. Spread = ±half the (max − min) / median of the timed runs.\n\n"
+    )
     text += throughput_table(results) + "\n\n" + targets(results) + "\n"
     return text
 
@@ -101,11 +102,14 @@ def part_curves(args, data, vocab_size: int) -> str:
     r = curves(args.curve_preset, "bf16", batches, vocab_size, warmup=args.curve_warmup)
     noise, gap = r.tail_gap("transduce", "transduce seed 2"), r.tail_gap("transduce", "nn.Transformer")
     verdict = "within noise" if gap <= 2 * noise else "**outside noise**"
-    return (f"### Convergence per token\n\n`{r.preset}`, bf16, {r.steps} identical updates of ≤ {args.curve_max_tokens} "
-            f"tokens, the paper's schedule with warm-up {r.warmup}, all runs from the same initial weights; "
-            "only the dropout seed (and the dropout implementation) differs. Smoothed loss per target token:\n\n"
-            + curve_table(r) + f"\n\nMean |Δloss| over the last 20 steps: transduce vs nn.Transformer {gap:.4f}, "
-            f"transduce seed 1 vs seed 2 (dropout noise) {noise:.4f} — {verdict} (criterion: ≤ 2 × noise).\n")
+    return (
+        f"### Convergence per token\n\n`{r.preset}`, bf16, {r.steps} identical updates of ≤ {args.curve_max_tokens} "
+        f"tokens, the paper's schedule with warm-up {r.warmup}, all runs from the same initial weights; "
+        "only the dropout seed (and the dropout implementation) differs. Smoothed loss per target token:\n\n"
+        + curve_table(r)
+        + f"\n\nMean |Δloss| over the last 20 steps: transduce vs nn.Transformer {gap:.4f}, "
+        f"transduce seed 1 vs seed 2 (dropout noise) {noise:.4f} — {verdict} (criterion: ≤ 2 × noise).\n"
+    )
 
 
 def part_profile(args, batches, vocab_size: int) -> str:
@@ -123,13 +127,15 @@ def fairseq_status() -> str:
     import importlib.util
 
     if importlib.util.find_spec("fairseq") is None:
-        return ("- fairseq: **not installed** — fairseq 0.12.2 (the latest on PyPI) does not install on Python "
-                f"{sys.version_info.major}.{sys.version_info.minor}: its sdist lacks "
-                "`fairseq/clib/libbase/balanced_assignment.cpp` (the C++ build fails); built without extensions it "
-                "fails at import (mutable dataclass defaults in `fairseq/dataclass/configs.py` and in the "
-                "hydra-core 1.0.7 it pins; with hydra-core 1.3.2 / omegaconf 2.3.0 omegaconf raises "
-                "`ValidationError: Object of unsupported type: '_MISSING_TYPE'`). fairseq also "
-                "cannot train in bf16 on a CPU.\n")
+        return (
+            "- fairseq: **not installed** — fairseq 0.12.2 (the latest on PyPI) does not install on Python "
+            f"{sys.version_info.major}.{sys.version_info.minor}: its sdist lacks "
+            "`fairseq/clib/libbase/balanced_assignment.cpp` (the C++ build fails); built without extensions it "
+            "fails at import (mutable dataclass defaults in `fairseq/dataclass/configs.py` and in the "
+            "hydra-core 1.0.7 it pins; with hydra-core 1.3.2 / omegaconf 2.3.0 omegaconf raises "
+            "`ValidationError: Object of unsupported type: '_MISSING_TYPE'`). fairseq also "
+            "cannot train in bf16 on a CPU.\n"
+        )
     try:
         import fairseq.models.transformer  # noqa: F401
     except Exception as e:  # a broken install is reported, not hidden
@@ -151,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     p.add_argument("--parts", default=",".join(PARTS))
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--configs", default="small,medium,paper-base", 
-                   help="presets for training throughput; PRESET:bf16 limits one preset's dtypes (fp32+bf16)")
+    p.add_argument(
+        "--configs",
+        default="small,medium,paper-base",
+        help="presets for training throughput; PRESET:bf16 limits one preset's dtypes (fp32+bf16)",
+    )
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--batches", type=int, default=2, help="batches per timed training run")
     p.add_argument("--max-tokens", type=int, default=4224, help="batch budget (4224 → ~3,840 target tokens)")
@@ -186,7 +195,12 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown part {part!r}; choose from {', '.join(PARTS)}")
     for part in parts:
         if part == "train":
-            text = header(args, "Training", f"dtypes {args.dtypes}") + part_train(args, batches, V) + "\n" + fairseq_status()
+            text = (
+                header(args, "Training", f"dtypes {args.dtypes}")
+                + part_train(args, batches, V)
+                + "\n"
+                + fairseq_status()
+            )
         elif part == "curves":
             text = header(args, "Training: convergence", "bf16") + part_curves(args, data, V)
         elif part == "profile":

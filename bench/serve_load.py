@@ -32,8 +32,7 @@ def free_port() -> int:
 
 
 def start_server(served: list[str], port: int, extra: list[str], threads: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "transduce", "serve", *served, "--port", str(port), "--threads", str(threads),
-           *extra]
+    cmd = [sys.executable, "-m", "transduce", "serve", *served, "--port", str(port), "--threads", str(threads), *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     import httpx
 
@@ -75,8 +74,14 @@ def load_test(url: str, jobs: list[list[tuple[str, str, str]]], beam: int) -> tu
     wall = time.perf_counter() - start
     latencies = sorted(t for res in results for t, _ in res)
     n = len(latencies)
-    stats = {"requests": n, "seconds": wall, "sent_per_s": n / wall, "p50_ms": 1000 * statistics.median(latencies),
-             "p95_ms": 1000 * percentile(latencies, 0.95), "p99_ms": 1000 * percentile(latencies, 0.99)}
+    stats = {
+        "requests": n,
+        "seconds": wall,
+        "sent_per_s": n / wall,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p95_ms": 1000 * percentile(latencies, 0.95),
+        "p99_ms": 1000 * percentile(latencies, 0.99),
+    }
     health = httpx.get(url + "/health").json()
     stats["batches"], stats["max_requests_in_batch"] = health["batches"], health["max_requests_in_batch"]
     return stats, [text for res in results for _, text in res]
@@ -128,8 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", type=Path, help="one model directory")
     which.add_argument("--models", type=Path, help="models TOML or directory of model directories")
-    p.add_argument("--sentences", required=True, action="append",
-                   help="one source sentence per line (.gz allowed); with --models, LANG=FILE per source language")
+    p.add_argument(
+        "--sentences",
+        required=True,
+        action="append",
+        help="one source sentence per line (.gz allowed); with --models, LANG=FILE per source language",
+    )
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--requests", type=int, default=10, help="per client")
     p.add_argument("--beam", type=int, default=4)
@@ -148,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         reference.append((pair, dict(zip(mine, load(path).translate(mine, beam=args.beam), strict=True))))
     offline = dict(reference)
     expected = [offline[s, t][text] for client in jobs for s, t, text in client]
-    print(f"{args.clients} clients x {args.requests} requests, 1 sentence each, {len(paths)} model(s), "
-          f"beam {args.beam}, server threads {args.threads}, cpus {os.cpu_count()}")
+    print(
+        f"{args.clients} clients x {args.requests} requests, 1 sentence each, {len(paths)} model(s), "
+        f"beam {args.beam}, server threads {args.threads}, cpus {os.cpu_count()}"
+    )
     for name, extra in modes.items():
         port = free_port()
         proc = start_server(served, port, extra, args.threads)
@@ -159,9 +170,11 @@ def main(argv: list[str] | None = None) -> int:
             proc.terminate()
             proc.wait(60)
         same = sum(a == b for a, b in zip(expected, outputs, strict=True))
-        print(f"{name:>14}: {stats['sent_per_s']:.1f} sent/s, p50 {stats['p50_ms']:.0f} ms, "
-              f"p95 {stats['p95_ms']:.0f} ms, p99 {stats['p99_ms']:.0f} ms, {stats['batches']} batches "
-              f"(max {stats['max_requests_in_batch']} requests), equal to offline translate: {same}/{len(outputs)}")
+        print(
+            f"{name:>14}: {stats['sent_per_s']:.1f} sent/s, p50 {stats['p50_ms']:.0f} ms, "
+            f"p95 {stats['p95_ms']:.0f} ms, p99 {stats['p99_ms']:.0f} ms, {stats['batches']} batches "
+            f"(max {stats['max_requests_in_batch']} requests), equal to offline translate: {same}/{len(outputs)}"
+        )
     return 0
 
 

@@ -55,19 +55,28 @@ def main(argv: list[str] | None = None) -> int:
             out = args.out / name
             out.mkdir(parents=True, exist_ok=True)
             sets = overrides({**common, **variants[name], "recipe.out": str(out)})
-            cmd = [sys.executable, "-m", "transduce", "recipe", str(args.recipe)] + [a for s in sets for a in ("--set", s)]
+            cmd = [sys.executable, "-m", "transduce", "recipe", str(args.recipe)] + [
+                a for s in sets for a in ("--set", s)
+            ]
             (out / "command.txt").write_text(" ".join(cmd) + "\n")
             running[name] = subprocess.Popen(cmd, stdout=(out / "log.txt").open("w"), stderr=subprocess.STDOUT, env=env)
             started[name] = time.perf_counter()
             print(f"started {name}", flush=True)
         for name, proc in list(running.items()):
             if proc.poll() is not None:
-                print(f"finished {name}: exit {proc.returncode} after {time.perf_counter() - started.pop(name):.0f} s",
-                      flush=True)
+                print(
+                    f"finished {name}: exit {proc.returncode} after {time.perf_counter() - started.pop(name):.0f} s",
+                    flush=True,
+                )
                 del running[name]
         time.sleep(2)
-    rows, table = [], ["| variant | overrides | updates | chosen | val tok-lc | test tok-lc | test chrF | val ppl |",
-                       "|---|---|---|---|---|---|---|---|"]
+    rows, table = (
+        [],
+        [
+            "| variant | overrides | updates | chosen | val tok-lc | test tok-lc | test chrF | val ppl |",
+            "|---|---|---|---|---|---|---|---|",
+        ],
+    )
     for name in names:
         path = args.out / name / "results.json"
         if not path.is_file():
@@ -75,13 +84,22 @@ def main(argv: list[str] | None = None) -> int:
             continue
         r = json.loads(path.read_text())
         chosen = r["scores"][r["chosen"]]
-        row = {"variant": name, "overrides": variants[name], "updates": r["train"].get("step"), "chosen": r["chosen"],
-               "val": chosen["valid"]["tok_lc_bleu"], "test": chosen["test"]["tok_lc_bleu"],
-               "test_chrf": chosen["test"]["chrf"], "val_ppl": chosen["valid"].get("ref_perplexity"),
-               "all": {m: {s: v["tok_lc_bleu"] for s, v in splits.items()} for m, splits in r["scores"].items()}}
+        row = {
+            "variant": name,
+            "overrides": variants[name],
+            "updates": r["train"].get("step"),
+            "chosen": r["chosen"],
+            "val": chosen["valid"]["tok_lc_bleu"],
+            "test": chosen["test"]["tok_lc_bleu"],
+            "test_chrf": chosen["test"]["chrf"],
+            "val_ppl": chosen["valid"].get("ref_perplexity"),
+            "all": {m: {s: v["tok_lc_bleu"] for s, v in splits.items()} for m, splits in r["scores"].items()},
+        }
         rows.append(row)
-        table.append(f"| {name} | {variants[name]} | {row['updates']} | {row['chosen']} | {row['val']:.2f} | "
-                     f"{row['test']:.2f} | {row['test_chrf']:.2f} | {row['val_ppl']:.2f} |")
+        table.append(
+            f"| {name} | {variants[name]} | {row['updates']} | {row['chosen']} | {row['val']:.2f} | "
+            f"{row['test']:.2f} | {row['test_chrf']:.2f} | {row['val_ppl']:.2f} |"
+        )
     (args.out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     (args.out / "summary.md").write_text("\n".join(table) + "\n")
     print("\n".join(table))

@@ -27,8 +27,14 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("data")
     p.add_argument("--preset", default="small")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="model_set",
-                   help="a [model] key over the preset, e.g. --set d_model=256 (repeatable)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="model_set",
+        help="a [model] key over the preset, e.g. --set d_model=256 (repeatable)",
+    )
     p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=4096)
@@ -40,9 +46,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--loss-kernel", default="native", choices=["native", "tensor"], help="train.loss_kernel")
     p.add_argument("--dropout-kernel", default="native", choices=["native", "tensor"], help="train.dropout_kernel")
     p.add_argument("--rdrop-alpha", type=float, default=0.0, help="R-Drop (each batch twice + alpha x KL)")
-    p.add_argument("--passes", type=int, default=1,
-                   help="time the same --steps batches this many times in a row, one figure per pass (a "
-                        "throughput that falls from pass to pass is the process slowing down, e.g. its allocator)")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="time the same --steps batches this many times in a row, one figure per pass (a "
+        "throughput that falls from pass to pass is the process slowing down, e.g. its allocator)",
+    )
     p.add_argument("--profile", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -50,23 +60,37 @@ def main(argv: list[str] | None = None) -> None:
     data = PreparedData.open(args.data)
     shape = dict(parse_override(text) for text in args.model_set)
     shape = {key.removeprefix("model."): value for key, value in shape.items()}
-    cfg = ModelConfig.preset(args.preset, vocab_size=len(data.vocabs.src), **shape,
-                             **({} if data.vocabs.shared else {"tgt_vocab_size": len(data.vocabs.tgt),
-                                                                "tie_embeddings": "target"}))
+    cfg = ModelConfig.preset(
+        args.preset,
+        vocab_size=len(data.vocabs.src),
+        **shape,
+        **({} if data.vocabs.shared else {"tgt_vocab_size": len(data.vocabs.tgt), "tie_embeddings": "target"}),
+    )
     model = Transformer(cfg).train()
     if not args.plain_dropout:
         use_fast_dropout(model, native=args.dropout_kernel == "native")
-    opt = torch.optim.Adam(model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.adam == "fused",
-                           foreach=args.adam == "foreach")
+    opt = torch.optim.Adam(
+        model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.adam == "fused", foreach=args.adam == "foreach"
+    )
     native = args.loss_kernel == "native"
-    objective = (RDrop(cfg.label_smoothing, args.rdrop_alpha, native=native) if args.rdrop_alpha > 0
-                 else SmoothedLoss(cfg.label_smoothing, native=native))
-    stepper = Stepper(model, opt, Schedule("rsqrt", 4000, cfg.d_model), device=torch.device("cpu"),
-                      dtype=args.dtype, kernel=args.sdpa, objective=objective)
+    objective = (
+        RDrop(cfg.label_smoothing, args.rdrop_alpha, native=native)
+        if args.rdrop_alpha > 0
+        else SmoothedLoss(cfg.label_smoothing, native=native)
+    )
+    stepper = Stepper(
+        model,
+        opt,
+        Schedule("rsqrt", 4000, cfg.d_model),
+        device=torch.device("cpu"),
+        dtype=args.dtype,
+        kernel=args.sdpa,
+        objective=objective,
+    )
     batches = TokenBatches(data.split("train"), args.max_tokens, seed=1).epoch(1)
     for i in range(args.warmup):
         stepper.update([batches[i]], i + 1)
-    timed = batches[args.warmup:args.warmup + args.steps]
+    timed = batches[args.warmup : args.warmup + args.steps]
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
@@ -84,12 +108,16 @@ def main(argv: list[str] | None = None) -> None:
             seconds += time.perf_counter() - start
             cpu += time.process_time() - start_cpu
         name = args.preset + "".join(f" {key}={value}" for key, value in shape.items())
-        print(f"{name} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}"
-              f"{f' pass {number}/{args.passes}' if args.passes > 1 else ''}: "
-              f"{tokens / seconds:.0f} target tokens/s wall, {tokens / cpu * args.threads:.0f} per {args.threads} "
-              f"CPU-seconds ({len(timed)} updates of ~{tokens // len(timed)} tokens, {seconds:.1f} s; "
-              f"adam={args.adam} sdpa={args.sdpa} loss={args.loss_kernel} dropout={args.dropout_kernel} "
-              f"malloc={'jemalloc' if loaded() else 'libc'})", flush=True)
+        print(
+            f"{name} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}"
+            f"{f' pass {number}/{args.passes}' if args.passes > 1 else ''}: "
+            f"{tokens / seconds:.0f} target tokens/s wall, {tokens / cpu * args.threads:.0f} per {args.threads} "
+            f"CPU-seconds ({len(timed)} updates of ~{tokens // len(timed)} tokens, {seconds:.1f} s; "
+            f"adam={args.adam} sdpa={args.sdpa} loss={args.loss_kernel} dropout={args.dropout_kernel} "
+            f"malloc={'jemalloc' if loaded() else 'libc'})",
+            flush=True,
+        )
+
 
 if __name__ == "__main__":
     main()

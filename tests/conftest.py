@@ -113,15 +113,24 @@ def _train_tiny(out: Path) -> None:
             t = _pad([tgt[i] for i in idx], PAD_ID)
             logits = model(s, t[:, :-1])  # (B, T, V)
             loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.size(-1)), t[:, 1:].reshape(-1),
-                ignore_index=PAD_ID, label_smoothing=cfg.label_smoothing)
+                logits.reshape(-1, logits.size(-1)),
+                t[:, 1:].reshape(-1),
+                ignore_index=PAD_ID,
+                label_smoothing=cfg.label_smoothing,
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()
             if step % 100 == 0 and os.environ.get("TRANSDUCE_TINY_VERBOSE"):
                 print(step, round(loss.item(), 3), round(time.time() - start, 1), flush=True)
-        meta = {"src_lang": SRC_LANG, "tgt_lang": TGT_LANG, "trained_by": "tests/conftest.py tiny_model_dir",
-                "steps": TINY_STEPS, "final_loss": round(loss.item(), 4), "seconds": round(time.time() - start, 1)}
+        meta = {
+            "src_lang": SRC_LANG,
+            "tgt_lang": TGT_LANG,
+            "trained_by": "tests/conftest.py tiny_model_dir",
+            "steps": TINY_STEPS,
+            "final_loss": round(loss.item(), 4),
+            "seconds": round(time.time() - start, 1),
+        }
         save_model_dir(out, model.eval(), Vocabs(vocab, vocab), meta)
     finally:
         torch.set_num_threads(threads)

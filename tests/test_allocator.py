@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from test_train_run import REPO, data_dir, write_config  # noqa: F401
+
 from transduce.allocator import choose, find_jemalloc, native_bf16_cpu
 
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\nprocessor\t: 1\nflags\t\t: fpu sse2 avx avx2 fma\n"
@@ -17,10 +17,14 @@ ZEN4 = "flags\t\t: fpu avx2 avx512f avx512_bf16\n"
 
 
 def _train(config, **env):
-    full = {**{k: v for k, v in os.environ.items() if not k.startswith("TRANSDUCE_JEMALLOC")},
-            "PYTHONPATH": str(REPO / "src"), **env}
-    done = subprocess.run([sys.executable, "-m", "transduce", "train", str(config)], env=full,
-                          capture_output=True, text=True)
+    full = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TRANSDUCE_JEMALLOC")},
+        "PYTHONPATH": str(REPO / "src"),
+        **env,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "transduce", "train", str(config)], env=full, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -65,6 +69,5 @@ def test_training_runs_under_jemalloc_where_it_is_chosen_and_without_it_when_tol
 def test_a_library_that_cannot_be_preloaded_is_tried_once_and_training_goes_on(data_dir, tmp_path):  # noqa: F811
     fake = tmp_path / "libjemalloc.so.2"
     fake.write_text("not a shared library\n")
-    out = _train(write_config(tmp_path / "c.toml", data_dir, tmp_path / "c", max_steps=2),
-                 TRANSDUCE_JEMALLOC=str(fake))
+    out = _train(write_config(tmp_path / "c.toml", data_dir, tmp_path / "c", max_steps=2), TRANSDUCE_JEMALLOC=str(fake))
     assert f"allocator: the C library's malloc ({fake} could not be preloaded)" in out and "step 2/2" in out

@@ -109,8 +109,11 @@ def test_every_backend_has_a_contract():
 @pytest.mark.parametrize("name", BACKENDS)
 def test_backend_keeps_its_contract(name, decoders):
     if name not in decoders:
-        pytest.skip(f"{name} decodes on CUDA only" if name in CUDA_ONLY else
-                    "no C++ compiler: the native backends cannot be built (the Python step runs instead)")
+        pytest.skip(
+            f"{name} decodes on CUDA only"
+            if name in CUDA_ONLY
+            else "no C++ compiler: the native backends cannot be built (the Python step runs instead)"
+        )
     contract, decoder = CONTRACTS[name], decoders[name]
     reference = _run(decoders["fp32"] if contract.reference == "fp32" else decoders[contract.reference], False)
     alone = _run(decoder, batched=False)

@@ -19,6 +19,7 @@ sys.path.insert(0, str(BENCH))
 
 from bench_train import build_models, curves, throughput, throughput_table  # noqa: E402
 from test_train_run import data_dir  # noqa: E402, F401  (module-scoped corpus slice)
+
 from transduce.data.batching import Batch  # noqa: E402
 
 VOCAB = 64
@@ -73,6 +74,7 @@ def test_fairseq_is_reported_not_dropped():
 def test_decode_workers_agree(tiny_model_dir, tmp_path):
     pytest.importorskip("ctranslate2")
     from bench_decode import export_all, run_engine
+
     from transduce.data.vocab import Vocabs
 
     missing = export_all(tiny_model_dir, tmp_path)
@@ -94,13 +96,16 @@ def test_decode_native_engine_agrees(tiny_model_dir, tmp_path):
     if shutil.which("c++") is None:
         pytest.skip("no C++ compiler to build the native decoder step")
     from bench_decode import run_engine
+
     from transduce.data.vocab import Vocabs
 
     vocab = Vocabs.load(tiny_model_dir / "vocab").src
     src = [vocab.encode(s) + [3] for s in ("A man is riding a bike.", "Two dogs play in the snow.", "A girl.")]
     (tmp_path / "src.json").write_text(str(src))
-    runs = [run_engine(e, tiny_model_dir, tmp_path, tmp_path / "src.json", 2, 1)
-            for e in ("transduce-fp32", "transduce-fp32-native", "transduce-int8-native")]
+    runs = [
+        run_engine(e, tiny_model_dir, tmp_path, tmp_path / "src.json", 2, 1)
+        for e in ("transduce-fp32", "transduce-fp32-native", "transduce-int8-native")
+    ]
     assert all("error" not in r for r in runs), runs
     assert runs[1]["hyps"] == runs[0]["hyps"] and runs[1]["sentences"] == 3
     assert runs[2]["sentences"] == 3 and len(runs[2]["hyps"]) == 3  # int8: an approximation, also decodes
@@ -123,13 +128,33 @@ def test_benchmarks_md_keeps_each_machines_sections_together(tmp_path):
 
 
 def test_the_training_bench_times_a_preset_with_model_keys_over_it(data_dir, capsys):  # noqa: F811
-    from transduce.config import ConfigError
     import train_step as bench
+
+    from transduce.config import ConfigError
 
     threads = torch.get_num_threads()
     try:
-        bench.main([str(data_dir), "--preset", "tiny", "--set", "d_model=32", "--set", "model.d_ff=48",
-                    "--dtype", "fp32", "--threads", "1", "--max-tokens", "300", "--steps", "2", "--warmup", "1"])
+        bench.main(
+            [
+                str(data_dir),
+                "--preset",
+                "tiny",
+                "--set",
+                "d_model=32",
+                "--set",
+                "model.d_ff=48",
+                "--dtype",
+                "fp32",
+                "--threads",
+                "1",
+                "--max-tokens",
+                "300",
+                "--steps",
+                "2",
+                "--warmup",
+                "1",
+            ]
+        )
         line = capsys.readouterr().out.strip().splitlines()[-1]
         assert line.startswith("tiny d_model=32 d_ff=48 fp32 threads=1") and "2 updates" in line
         with pytest.raises(ConfigError, match="d_modle"):

@@ -1,15 +1,15 @@
 """Token-budget batches: format, budget, determinism from (seed, epoch), resume, rank shards."""
 
-
 import numpy as np
 import pytest
 import torch
+from conftest import read_corpus
 
 from transduce.data import PreparedData
 from transduce.data.batching import TokenBatches
-from conftest import read_corpus
 from transduce.data.build import BuildSettings, build
 from transduce.data.corpora import Corpus, SplitText
+
 
 @pytest.fixture(scope="module")
 def train(tmp_path_factory):
@@ -33,8 +33,8 @@ def test_batch_format_and_budget(train):
         assert B * max(S, b.tgt.shape[1]) <= 1000
         for row, i in enumerate(b.index.tolist()):
             s, t = train.src[i], train.tgt[i]
-            assert b.src[row, :len(s) + 1].tolist() == [*s, 3] and not b.src[row, len(s) + 1:].any()
-            assert b.tgt[row, :len(t) + 2].tolist() == [2, *t, 3] and not b.tgt[row, len(t) + 2:].any()
+            assert b.src[row, : len(s) + 1].tolist() == [*s, 3] and not b.src[row, len(s) + 1 :].any()
+            assert b.tgt[row, : len(t) + 2].tolist() == [2, *t, 3] and not b.tgt[row, len(t) + 2 :].any()
         assert b.src_tokens == int((b.src != 0).sum()) and b.tgt_tokens == int((b.tgt[:, 1:] != 0).sum())
         seen += b.index.tolist()
     assert sorted(seen) == list(range(len(train)))  # every sentence once, nothing dropped

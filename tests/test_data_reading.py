@@ -67,7 +67,11 @@ def test_cli_errors_and_skip_invalid_counts(tmp_path, capsys):
     assert (split["read"], split["sentences"], split["skipped"]) == (41, 40, {"invalid_utf8": 1})
     assert "invalid_utf8 1" in capsys.readouterr().out
     short = write(tmp_path / "s.de", b"eins\n")
-    assert main(["prepare", "files", "--src-file", str(src), "--tgt-file", str(short), "--out", str(out),
-                 "--skip-invalid"]) == 2
+    assert (
+        main(
+            ["prepare", "files", "--src-file", str(src), "--tgt-file", str(short), "--out", str(out), "--skip-invalid"]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "t.en has 41 lines" in err and "s.de has 1" in err

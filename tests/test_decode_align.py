@@ -72,15 +72,24 @@ def test_stream_chunk_size_does_not_change_line_mode(tiny_model_dir, tmp_path, c
 
 
 def test_html_with_the_model_keeps_every_tag(tiny_translator):
-    snippet = ('<p>A <b>dog</b> runs in the <a href="/park?a=1&amp;b=2">park</a>.</p>'
-               '<p><i>Two men</i> are sitting on a bench.<br/>A woman &amp; a man.</p>')
+    snippet = (
+        '<p>A <b>dog</b> runs in the <a href="/park?a=1&amp;b=2">park</a>.</p>'
+        "<p><i>Two men</i> are sitting on a bench.<br/>A woman &amp; a man.</p>"
+    )
     out = translate_html(tiny_translator, snippet)
     parse(out)  # well-formed
     assert Counter(re.findall(r"<[^>]+>", out)) == Counter(re.findall(r"<[^>]+>", snippet))
 
 
-@pytest.mark.parametrize("flags", [["--format", "html", "--native"], ["--alignments", "--native"],
-                                   ["--document", "--nbest", "2"], ["--format", "html", "--scores"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--format", "html", "--native"],
+        ["--alignments", "--native"],
+        ["--document", "--nbest", "2"],
+        ["--format", "html", "--scores"],
+    ],
+)
 def test_unsupported_combinations_are_errors(tiny_model_dir, tmp_path, capsys, flags):
     path = tmp_path / "in.txt"
     path.write_text("A dog.\n")

@@ -56,7 +56,9 @@ def test_whitespace_inside_a_sentence_reaches_the_model_as_one_space():
 
 def test_abbreviations_do_not_end_sentences():
     assert sentences(split_text("Dr. Smith met Mr. Jones at 3 p.m. today. Then he left.", "en")) == [
-        "Dr. Smith met Mr. Jones at 3 p.m. today.", "Then he left."]
+        "Dr. Smith met Mr. Jones at 3 p.m. today.",
+        "Then he left.",
+    ]
 
 
 def test_reassemble_checks_the_count():

@@ -7,10 +7,11 @@ import random
 
 import pytest
 import torch
-
 from conftest import read_corpus
+
 from transduce.api import load
-from transduce.decode import search, translator as translator_mod
+from transduce.decode import search
+from transduce.decode import translator as translator_mod
 
 N = 48
 
@@ -38,8 +39,12 @@ def _shuffled(lines, seed=3):
 @pytest.mark.parametrize("beam", [1, 4])
 def test_batch_size_sorting_and_order_do_not_change_output(translator, sources, beam):
     reference = _run(translator, sources, beam=beam, batch_size=1)
-    for kw in (dict(batch_size=7), dict(batch_size=64), dict(batch_size=64, sort=False),
-               dict(batch_tokens=300, sort=False)):
+    for kw in (
+        dict(batch_size=7),
+        dict(batch_size=64),
+        dict(batch_size=64, sort=False),
+        dict(batch_tokens=300, sort=False),
+    ):
         assert _run(translator, sources, beam=beam, **kw) == reference, kw  # tokens AND float scores
     order, lines = _shuffled(sources)
     shuffled = _run(translator, lines, beam=beam, batch_size=7, sort=False)

@@ -67,8 +67,11 @@ def random_snippet(rng: random.Random, depth: int = 0) -> str:
         r = rng.random()
         if r < 0.25 and depth < 3:
             tag = rng.choice(INLINE)
-            attrs = ' href="https://example.com/?a=1&amp;b=2" title="x y"' if tag == "a" else (
-                ' class="hl"' if rng.random() < 0.3 else "")
+            attrs = (
+                ' href="https://example.com/?a=1&amp;b=2" title="x y"'
+                if tag == "a"
+                else (' class="hl"' if rng.random() < 0.3 else "")
+            )
             parts.append(f"<{tag}{attrs}>{random_snippet(rng, depth + 1)}</{tag}>")
         elif r < 0.3:
             parts.append(rng.choice(["<br>", "<br/>", '<img src="x.png" alt="a &amp; b"/>', "<!-- note -->"]))
@@ -97,8 +100,10 @@ def _letters(c: TagCounter) -> Counter:
 
 
 def test_identity_translation_gives_the_input_back():
-    snippet = ('<p>A <b>big</b> dog <a href="/x?a=1&amp;b=2">runs <i>very</i> fast</a>.</p>\n'
-               '<p>Tom &amp; Jerry<br>sleep<img src="a.png"/> here.</p>')
+    snippet = (
+        '<p>A <b>big</b> dog <a href="/x?a=1&amp;b=2">runs <i>very</i> fast</a>.</p>\n'
+        '<p>Tom &amp; Jerry<br>sleep<img src="a.png"/> here.</p>'
+    )
     assert translate_html(WordTranslator(fn=str), snippet) == snippet
 
 
@@ -128,13 +133,18 @@ def test_entities_are_decoded_for_the_model_and_escaped_again():
 def test_untranslatable_elements_are_kept_verbatim():
     snippet = '<p>Run <code>x &lt; y</code> now.</p><div translate="no">keep me</div><script>if (a<b) {}</script>'
     out = translate_html(WordTranslator(), snippet)
-    assert '<code>x &lt; y</code>' in out and '<div translate="no">keep me</div>' in out
+    assert "<code>x &lt; y</code>" in out and '<div translate="no">keep me</div>' in out
     assert "<script>if (a<b) {}</script>" in out and "RUN" in out and "NOW." in out
 
 
-@pytest.mark.parametrize("bad, where", [("<b>open", "<b> is never closed"), ("a</i>", "</i> without a start tag"),
-                                        ("<b><i>x</b></i>", "</b> does not close <i>")])
+@pytest.mark.parametrize(
+    "bad, where",
+    [
+        ("<b>open", "<b> is never closed"),
+        ("a</i>", "</i> without a start tag"),
+        ("<b><i>x</b></i>", "</b> does not close <i>"),
+    ],
+)
 def test_malformed_markup_is_an_error_naming_the_tag(bad, where):
     with pytest.raises(ValueError, match=where):
         translate_html(WordTranslator(), bad)
-

@@ -7,8 +7,8 @@ import io
 import sys
 
 import pytest
-
 from conftest import read_corpus
+
 from transduce.cli import main
 from transduce.decode.mbr import MBRConfig, choose, expected_utilities
 
@@ -20,8 +20,8 @@ def test_expected_utilities_golden_values():
     assert uniform == pytest.approx([2 / 3, 2 / 3, 1 / 3])
     # model weights: p ∝ exp(logprob), renormalised over the list; logprobs far below 0 do not underflow
     model = expected_utilities(texts, [-1000.0, -1000.0 - 2.0, -1000.0], MBRConfig(3, "bleu", "model"))
-    z = 1 + 2 * 2.718281828459045 ** 2
-    w = [2.718281828459045 ** 2 / z, 1 / z, 2.718281828459045 ** 2 / z]
+    z = 1 + 2 * 2.718281828459045**2
+    w = [2.718281828459045**2 / z, 1 / z, 2.718281828459045**2 / z]
     assert model == pytest.approx([w[0] + w[1], w[0] + w[1], w[2]])
 
 
@@ -35,8 +35,10 @@ def test_the_consensus_wins_unless_the_model_is_sure_of_the_outlier():
     assert choose(["b c", "b c"], [-1.0, -1.0], MBRConfig(2, "bleu", "uniform")) == 0  # the first of equals
 
 
-@pytest.mark.parametrize("kwargs, key", [({"candidates": 0}, "candidates"), ({"utility": "ter"}, "utility"),
-                                         ({"weights": "softmax"}, "weights")])
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [({"candidates": 0}, "candidates"), ({"utility": "ter"}, "utility"), ({"weights": "softmax"}, "weights")],
+)
 def test_bad_settings_name_themselves(kwargs, key):
     with pytest.raises(ValueError, match=f"MBR {key}"):
         MBRConfig(**kwargs)
@@ -58,12 +60,16 @@ def test_translator_picks_from_the_beam(tiny_translator):
 def test_cli_mbr(tiny_model_dir, tmp_path, monkeypatch, capsys):
     src = tmp_path / "in.en"
     src.write_text("".join(s + "\n" for s in read_corpus("test", "en", 5)))
-    assert main(["translate", "--model", str(tiny_model_dir), "--beam", "4", "--mbr", "4", "--max-len-b", "10",
-                 str(src)]) == 0
+    assert (
+        main(["translate", "--model", str(tiny_model_dir), "--beam", "4", "--mbr", "4", "--max-len-b", "10", str(src)])
+        == 0
+    )
     assert len(capsys.readouterr().out.splitlines()) == 5
-    for argv, message in ((["--mbr", "5"], "needs a beam of at least that, got 4"),
-                          (["--mbr", "2", "--nbest", "2"], "--mbr chooses one translation"),
-                          (["--mbr", "-1"], "--mbr must be 0")):
+    for argv, message in (
+        (["--mbr", "5"], "needs a beam of at least that, got 4"),
+        (["--mbr", "2", "--nbest", "2"], "--mbr chooses one translation"),
+        (["--mbr", "-1"], "--mbr must be 0"),
+    ):
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a dog\n")))
         code = main(["translate", "--model", str(tiny_model_dir), "--beam", "4", *argv])
         assert code == 2 and message in capsys.readouterr().err

@@ -36,8 +36,16 @@ def _sources() -> torch.Tensor:
     return src
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(norm="pre"), dict(positions="learned", tie_embeddings="none"),
-                                       dict(attention="dot"), dict(activation="gelu")])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(),
+        dict(norm="pre"),
+        dict(positions="learned", tie_embeddings="none"),
+        dict(attention="dot"),
+        dict(activation="gelu"),
+    ],
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_native_step_equals_python_step(overrides, dtype):
     model = _random_model(**overrides).to(dtype)
@@ -47,8 +55,9 @@ def test_native_step_equals_python_step(overrides, dtype):
     for beam in (1, 4, 5):
         want = beam_search(model, src, beam=beam, nbest=beam)
         got = beam_search(fast, src, beam=beam, nbest=beam)
-        assert [[(h.tokens, h.logprob, h.score) for h in hs] for hs in got] == \
-               [[(h.tokens, h.logprob, h.score) for h in hs] for hs in want], beam
+        assert [[(h.tokens, h.logprob, h.score) for h in hs] for hs in got] == [
+            [(h.tokens, h.logprob, h.score) for h in hs] for hs in want
+        ], beam
     assert [(h.tokens, h.logprob) for h in greedy(fast, src)] == [(h.tokens, h.logprob) for h in greedy(model, src)]
 
 
@@ -106,8 +115,9 @@ def test_cli_native_flag(tiny_model_dir, tmp_path, capsys):
     assert outputs[1] == outputs[0] and outputs[0].count("\n") == 6
 
 
-@pytest.mark.parametrize("overrides, reason", [(dict(attention="additive"), "additive"),
-                                               (dict(attention_window=3), "attention_window")])
+@pytest.mark.parametrize(
+    "overrides, reason", [(dict(attention="additive"), "additive"), (dict(attention_window=3), "attention_window")]
+)
 def test_unsupported_configs_are_named(overrides, reason):
     model = _random_model(**overrides)
     assert reason in native.supports(model)
@@ -142,8 +152,14 @@ def test_int8_step_approximates_fp32_as_closely_as_python_int8(tiny_model_dir):
     model = load(tiny_model_dir).model
     fast = native.native_step(model, int8=True)
     assert fast.int8
-    src = torch.tensor([[5, 6, 7, 8, 3, 0, 0, 0], [9, 10, 11, 12, 13, 14, 15, 3],
-                        [20, 21, 22, 3, 0, 0, 0, 0], [30, 31, 32, 33, 34, 35, 3, 0]])
+    src = torch.tensor(
+        [
+            [5, 6, 7, 8, 3, 0, 0, 0],
+            [9, 10, 11, 12, 13, 14, 15, 3],
+            [20, 21, 22, 3, 0, 0, 0, 0],
+            [30, 31, 32, 33, 34, 35, 3, 0],
+        ]
+    )
     steps = 10  # 40 positions: the near-tie count depends on the CPU the tiny model trained on
     ref = _step_log_probs(model, src, steps)
     feed = [lp.argmax(-1) for lp in ref]  # every decoder is fed fp32's greedy tokens

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 import torch
-
 from conftest import read_corpus
+
 from transduce.api import load
 from transduce.cli import main
 from transduce.decode.rerank import RerankConfig, choose, sequence_logprobs, sweep
@@ -24,8 +24,10 @@ def test_choose_golden_values():
     assert choose(hyps[:2], [-1.0, -0.8], 1.0) == 0  # -2.0 against -2.0: the first of equals
 
 
-@pytest.mark.parametrize("kwargs, key", [({"candidates": 0}, "candidates"), ({"weight": -0.5}, "weight"),
-                                         ({"weight": float("nan")}, "weight")])
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [({"candidates": 0}, "candidates"), ({"weight": -0.5}, "weight"), ({"weight": float("nan")}, "weight")],
+)
 def test_bad_settings_name_themselves(kwargs, key):
     with pytest.raises(ValueError, match=f"rerank {key}"):
         RerankConfig(**kwargs)
@@ -70,8 +72,12 @@ def test_load_refuses_a_channel_model_with_other_vocabularies(tiny_model_dir, tm
     from transduce.modeldir import save_model_dir
 
     vocab = Vocab.train(read_corpus("train", "fr", 300), 200)
-    other = save_model_dir(tmp_path / "other", Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab))),
-                           Vocabs(vocab, vocab), {"src_lang": "fr", "tgt_lang": "en"})
+    other = save_model_dir(
+        tmp_path / "other",
+        Transformer(ModelConfig.preset("tiny", vocab_size=len(vocab))),
+        Vocabs(vocab, vocab),
+        {"src_lang": "fr", "tgt_lang": "en"},
+    )
     with pytest.raises(ValueError, match="channel model's vocabularies"):
         load(tiny_model_dir, channel=other)
 
@@ -86,10 +92,12 @@ def test_cli_rerank(tiny_model_dir, tmp_path, monkeypatch, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 5
     assert main(["evaluate", "--model", model, "--src", str(src), "--ref", str(ref), *argv]) == 0
     assert "tok-lc BLEU" in capsys.readouterr().out
-    for extra, message in ((["--rerank", "2"], "--rerank needs --channel"),
-                           (["--rerank", "5", "--channel", model], "needs a beam of at least that, got 4"),
-                           (["--rerank", "2", "--channel", model, "--nbest", "2"], "--rerank chooses one"),
-                           (["--rerank", "-1"], "--rerank must be 0")):
+    for extra, message in (
+        (["--rerank", "2"], "--rerank needs --channel"),
+        (["--rerank", "5", "--channel", model], "needs a beam of at least that, got 4"),
+        (["--rerank", "2", "--channel", model, "--nbest", "2"], "--rerank chooses one"),
+        (["--rerank", "-1"], "--rerank must be 0"),
+    ):
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a dog\n")))
         code = main(["translate", "--model", model, "--beam", "4", *extra])
         assert code == 2 and message in capsys.readouterr().err

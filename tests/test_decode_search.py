@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import read_corpus
+
 from transduce.decode.ensemble import Ensemble
 from transduce.decode.search import SampleConfig, beam_search, greedy, length_penalty, row_topk
 from transduce.decode.translator import Translator

@@ -30,16 +30,30 @@ def test_every_problem_is_named_at_once():
     spec = spec_of(_model())
     layer = spec.decoder[1]
     broken = dataclasses.replace(
-        spec, n_heads=5, eps=0.0,
-        decoder=[spec.decoder[0], dataclasses.replace(
-            layer, ff_out=dataclasses.replace(layer.ff_out, weight=layer.ff_out.weight[:, :3]),
-            cross_norm=None, self_out=dataclasses.replace(layer.self_out, bias=layer.self_out.bias.long()))],
-        cross_kv=spec.cross_kv[:1])
+        spec,
+        n_heads=5,
+        eps=0.0,
+        decoder=[
+            spec.decoder[0],
+            dataclasses.replace(
+                layer,
+                ff_out=dataclasses.replace(layer.ff_out, weight=layer.ff_out.weight[:, :3]),
+                cross_norm=None,
+                self_out=dataclasses.replace(layer.self_out, bias=layer.self_out.bias.long()),
+            ),
+        ],
+        cross_kv=spec.cross_kv[:1],
+    )
     problems = check(broken)
     text = "; ".join(problems)
-    for name in ("decoder[1].ff_out.weight: shape", "decoder[1].cross_norm: missing",
-                 "decoder[1].self_out.bias: dtype torch.int64", "cross_kv: 1 maps for 2 decoder layers",
-                 "n_heads: 5", "eps: 0.0"):
+    for name in (
+        "decoder[1].ff_out.weight: shape",
+        "decoder[1].cross_norm: missing",
+        "decoder[1].self_out.bias: dtype torch.int64",
+        "cross_kv: 1 maps for 2 decoder layers",
+        "n_heads: 5",
+        "eps: 0.0",
+    ):
         assert name in text, (name, problems)
     with pytest.raises(UnsupportedModel, match="ff_out.*cross_norm"):
         validated(broken)

@@ -11,8 +11,12 @@ from transduce.decode.constraints import _State
 from transduce.decode.score import score
 from transduce.decode.terminology import Glossary, translate_with_terms
 
-SENTENCES = ["A dog runs in the park.", "Two men are sitting on a bench.", "A woman is cooking.",
-             "A little girl plays with a ball."]
+SENTENCES = [
+    "A dog runs in the park.",
+    "Two men are sitting on a bench.",
+    "A woman is cooking.",
+    "A little girl plays with a ball.",
+]
 TERMS = [["Park"], ["Katze"], ["rotes Auto", "Zeitung"], ["schnell rennt", "Bank"]]
 
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 import torch
-
 from conftest import read_corpus
+
 from transduce.cli import main
 
 
@@ -59,13 +59,16 @@ def _cli(argv, stdin_bytes=None, monkeypatch=None, capsys=None):
 def test_cli_files_and_stdin(tiny_model_dir, translator, sources, tmp_path, monkeypatch, capsys):
     src = tmp_path / "in.en"
     src.write_text("\n".join([sources[0], "", sources[1]]) + "\n", encoding="utf-8")
-    code, out, err = _cli(["translate", "--model", str(tiny_model_dir), "--beam", "4", str(src)],
-                          capsys=capsys)
+    code, out, err = _cli(["translate", "--model", str(tiny_model_dir), "--beam", "4", str(src)], capsys=capsys)
     assert code == 0, err
     expected = translator.translate([sources[0], "", sources[1]], beam=4)
     assert out.split("\n")[:-1] == expected
-    code, out2, _ = _cli(["translate", "--model", str(tiny_model_dir)], stdin_bytes=src.read_bytes(),
-                         monkeypatch=monkeypatch, capsys=capsys)
+    code, out2, _ = _cli(
+        ["translate", "--model", str(tiny_model_dir)],
+        stdin_bytes=src.read_bytes(),
+        monkeypatch=monkeypatch,
+        capsys=capsys,
+    )
     assert code == 0 and out2 == out
     code, nbest, _ = _cli(["translate", "--model", str(tiny_model_dir), "--nbest", "2", str(src)], capsys=capsys)
     rows = nbest.strip("\n").split("\n")
@@ -117,4 +120,3 @@ def test_int8_quantises_every_linear_and_still_translates(tiny_model_dir, transl
         load(tiny_model_dir, dtype="fp16")
     with pytest.raises(ValueError, match="dtype must be one of fp32, bf16, fp16, int8, got 'fp8'"):
         load(tiny_model_dir, dtype="fp8")
-

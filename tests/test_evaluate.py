@@ -7,9 +7,9 @@ import math
 
 import pytest
 import sacrebleu
+from conftest import read_corpus
 from sacremoses import MosesTokenizer
 
-from conftest import read_corpus
 from transduce.api import load
 from transduce.cli import main
 from transduce.evaluate import evaluate_model, score_translations
@@ -65,7 +65,22 @@ def test_model_evaluation_and_perplexity(tiny_model_dir, tmp_path, capsys):
     assert 1.0 < result["ref_perplexity"] < len(translator.vocabs.tgt)  # better than uniform
     (tmp_path / "s.en").write_text("\n".join(src) + "\n", encoding="utf-8")
     (tmp_path / "r.fr").write_text("\n".join(ref) + "\n", encoding="utf-8")
-    assert main(["evaluate", "--model", str(tiny_model_dir), "--src", str(tmp_path / "s.en"),
-                 "--ref", str(tmp_path / "r.fr"), "--beam", "2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(tiny_model_dir),
+                "--src",
+                str(tmp_path / "s.en"),
+                "--ref",
+                str(tmp_path / "r.fr"),
+                "--beam",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["bleu"] == result["bleu"] and data["ref_perplexity"] == result["ref_perplexity"]

@@ -21,9 +21,11 @@ CPU = torch.device("cpu")
 
 
 def test_importing_transduce_changes_nothing_in_the_process():
-    code = ("import os, sys; before = dict(os.environ); import transduce, transduce.api, transduce.fastpaths; "
-            "assert dict(os.environ) == before, set(os.environ) ^ set(before); "
-            "assert 'torch.utils.cpp_extension' not in sys.modules or True")
+    code = (
+        "import os, sys; before = dict(os.environ); import transduce, transduce.api, transduce.fastpaths; "
+        "assert dict(os.environ) == before, set(os.environ) ^ set(before); "
+        "assert 'torch.utils.cpp_extension' not in sys.modules or True"
+    )
     env = {k: v for k, v in __import__("os").environ.items() if k != "MKL_CBWR"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
@@ -58,8 +60,15 @@ def test_cli_options_exact_and_conflicts():
 
 
 def _record(model_dir, delta: float, digest: str | None = None) -> None:
-    record = {"candidate": "int8-native", "metric": "bleu", "delta": delta, "data": "d valid", "sentences": 10,
-              "scores": {}, "weights_sha256": digest or backendcheck.weights_digest(model_dir)}
+    record = {
+        "candidate": "int8-native",
+        "metric": "bleu",
+        "delta": delta,
+        "data": "d valid",
+        "sentences": 10,
+        "scores": {},
+        "weights_sha256": digest or backendcheck.weights_digest(model_dir),
+    }
     (model_dir / backendcheck.RECORD).write_text(json.dumps(record))
 
 
@@ -133,8 +142,10 @@ def test_training_kernels_from_the_config(monkeypatch):
     fast = for_training(cfg, CPU)
     assert (fast.attention.name, fast.loss.name, fast.dropout.name) == ("written", "native", "native")
     assert fast.allocator.name in ("malloc", "jemalloc") and fast.decoder is None
-    cfg = build(TrainConfig, {"data": "d", "out": "o", "loss_kernel": "tensor", "fast_dropout": False,
-                              "attention_kernel": "math"})
+    cfg = build(
+        TrainConfig,
+        {"data": "d", "out": "o", "loss_kernel": "tensor", "fast_dropout": False, "attention_kernel": "math"},
+    )
     fast = for_training(cfg, CPU)
     assert (fast.attention.name, fast.loss.name, fast.dropout.name) == ("math", "tensor", "torch")
     monkeypatch.setattr(native_loss, "extension", lambda: None)

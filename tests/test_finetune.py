@@ -11,8 +11,21 @@ from transduce.cli import main
 from transduce.interop.marian import export_marian
 from transduce.modeldir import load_model_dir
 
-WORDS = {"the": "der", "a": "ein", "dog": "hund", "cat": "katze", "runs": "läuft", "sleeps": "schläft",
-         "on": "auf", "red": "rot", "blue": "blau", "house": "haus", "tree": "baum", "man": "mann", "big": "groß"}
+WORDS = {
+    "the": "der",
+    "a": "ein",
+    "dog": "hund",
+    "cat": "katze",
+    "runs": "läuft",
+    "sleeps": "schläft",
+    "on": "auf",
+    "red": "rot",
+    "blue": "blau",
+    "house": "haus",
+    "tree": "baum",
+    "man": "mann",
+    "big": "groß",
+}
 
 
 def write_tsv(path, n: int, seed: int) -> None:
@@ -27,17 +40,38 @@ def write_tsv(path, n: int, seed: int) -> None:
 def prepare(tmp, name: str, seed: int, *extra: str):
     for split, n in (("train", 300), ("valid", 20)):
         write_tsv(tmp / f"{name}.{split}.tsv", n, seed + (split == "valid"))
-    assert main(["prepare", "files", "--tsv", str(tmp / f"{name}.train.tsv"), "--valid-tsv",
-                 str(tmp / f"{name}.valid.tsv"), "--src-lang", "en", "--tgt-lang", "de", "--vocab-size", "60",
-                 "--out", str(tmp / name), *extra]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                "files",
+                "--tsv",
+                str(tmp / f"{name}.train.tsv"),
+                "--valid-tsv",
+                str(tmp / f"{name}.valid.tsv"),
+                "--src-lang",
+                "en",
+                "--tgt-lang",
+                "de",
+                "--vocab-size",
+                "60",
+                "--out",
+                str(tmp / name),
+                *extra,
+            ]
+        )
+        == 0
+    )
     return tmp / name
 
 
 def train(tmp, data, out: str, *sets: str, model: str = '[model]\npreset = "tiny"\nmax_positions = 64\n'):
     config = tmp / f"{out}.toml"
-    config.write_text(f'[train]\ndata = "{data}"\nout = "{tmp / out}"\nmax_tokens = 512\nmax_steps = 8\n'
-                      'warmup = 4\nvalidate_every = 100\nbleu_sentences = 0\nsave_every_steps = 100\n'
-                      'tensorboard = false\nthreads = 1\nlog_every = 4\n' + model)
+    config.write_text(
+        f'[train]\ndata = "{data}"\nout = "{tmp / out}"\nmax_tokens = 512\nmax_steps = 8\n'
+        "warmup = 4\nvalidate_every = 100\nbleu_sentences = 0\nsave_every_steps = 100\n"
+        "tensorboard = false\nthreads = 1\nlog_every = 4\n" + model
+    )
     return main(["train", str(config), *[a for s in sets for a in ("--set", s)]])
 
 
@@ -54,8 +88,19 @@ def test_fine_tuning_starts_from_the_model_and_keeps_frozen_parts(base, capsys):
     data = prepare(tmp, "domain-data", 7, "--vocab-from", str(model_dir))
     init, vocabs, _ = load_model_dir(model_dir)
     assert (data / "vocab" / "shared.model").read_bytes() == vocabs.src.proto  # the model's own vocabulary
-    assert train(tmp, data, "tuned", f'init_from="{model_dir}"', 'freeze=["embeddings"]', "peak_lr=1e-3",
-                 'schedule="linear"', model='[model]\ndropout = 0.0\n') == 0
+    assert (
+        train(
+            tmp,
+            data,
+            "tuned",
+            f'init_from="{model_dir}"',
+            'freeze=["embeddings"]',
+            "peak_lr=1e-3",
+            'schedule="linear"',
+            model="[model]\ndropout = 0.0\n",
+        )
+        == 0
+    )
     tuned, _, _ = load_model_dir(tmp / "tuned" / "model")
     assert tuned.config == init.config.__class__(**{**init.config.to_dict(), "dropout": 0.0})
     a, b = init.state_dict(), tuned.state_dict()
@@ -106,8 +151,10 @@ def test_an_imported_model_fine_tunes(base, tmp_path):
     tmp_data.mkdir()
     data = prepare(tmp_data, "data", 3, "--vocab-from", str(tmp_path / "imported"))
     assert train(tmp_path, data, "tuned", f'init_from="{tmp_path / "imported"}"', model="") == 0
-    assert main(["export", "--to", "hf", "--model", str(tmp_path / "tuned" / "model"), "--out",
-                 str(tmp_path / "hf2")]) == 0
+    assert (
+        main(["export", "--to", "hf", "--model", str(tmp_path / "tuned" / "model"), "--out", str(tmp_path / "hf2")])
+        == 0
+    )
 
 
 def test_the_recipe_prepares_with_the_model_vocabulary():

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import read_corpus
 
 from transduce.cli import main
 from transduce.config import ConfigError
@@ -20,8 +21,6 @@ from transduce.interop.ctranslate2 import export_ctranslate2
 from transduce.interop.marian import export_marian, import_marian
 from transduce.model import ModelConfig, Transformer
 from transduce.modeldir import load_model_dir
-
-from conftest import read_corpus
 
 transformers = pytest.importorskip("transformers", reason="interop tests need transformers (the interop extra)")
 ctranslate2 = pytest.importorskip("ctranslate2", reason="interop tests need ctranslate2 (the interop extra)")
@@ -139,8 +138,14 @@ def opus_layout(hf_dir: Path, vocab: Vocab, out: Path) -> torch.Tensor:
     (out / "vocab.json").write_text(json.dumps(mapping))
     cfg = json.loads((out / "config.json").read_text())
     V = len(order)
-    cfg.update(vocab_size=V, decoder_vocab_size=V, pad_token_id=V - 1, eos_token_id=0, forced_eos_token_id=0,
-               decoder_start_token_id=V - 1)
+    cfg.update(
+        vocab_size=V,
+        decoder_vocab_size=V,
+        pad_token_id=V - 1,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        decoder_start_token_id=V - 1,
+    )
     (out / "config.json").write_text(json.dumps(cfg))
     (out / "generation_config.json").unlink()
     from safetensors.torch import load_file, save_file
@@ -229,10 +234,11 @@ def test_gelu_models_export_to_both_with_equal_scores(fitted, corpus, tmp_path):
     export_ctranslate2(model, vocabs, tmp_path / "ct2")
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
     ids = [vocabs.tgt.encode(s) for s in de[:6]]
-    scored = translator.score_batch([vocabs.src.pieces(vocabs.src.encode(s)) for s in val[:6]],
-                                    [vocabs.tgt.pieces(t) for t in ids])
+    scored = translator.score_batch(
+        [vocabs.src.pieces(vocabs.src.encode(s)) for s in val[:6]], [vocabs.tgt.pieces(t) for t in ids]
+    )
     for i, (t, res) in enumerate(zip(ids, scored)):
-        logp = ours[i, :len(t) + 1].log_softmax(-1)  # (T, V)
+        logp = ours[i, : len(t) + 1].log_softmax(-1)  # (T, V)
         expect = logp[torch.arange(len(t) + 1), torch.tensor(t + [3])]
         assert torch.allclose(torch.tensor(res.log_probs), expect, atol=1e-4)
 
@@ -240,8 +246,7 @@ def test_gelu_models_export_to_both_with_equal_scores(fitted, corpus, tmp_path):
 def test_ctranslate2_int8_export_runs(fitted, corpus, tmp_path):
     _, vocabs, model_dir = fitted
     out = tmp_path / "ct2-int8"
-    assert main(["export", "--to", "ct2", "--model", str(model_dir), "--out", str(out),
-                 "--quantization", "int8"]) == 0
+    assert main(["export", "--to", "ct2", "--model", str(model_dir), "--out", str(out), "--quantization", "int8"]) == 0
     assert (out / "model.bin").stat().st_size < (Path(model_dir) / "model.safetensors").stat().st_size
     translator = ctranslate2.Translator(str(out), device="cpu", compute_type="int8", intra_threads=1)
     result = translator.translate_batch([vocabs.src.pieces(vocabs.src.encode(corpus[2][0]))], beam_size=2)
@@ -257,8 +262,7 @@ def test_bad_inputs_are_named(fitted, tmp_path, capsys):
 
     export_marian(model, vocabs, tmp_path / "hf2")
     cfg = json.loads((tmp_path / "hf2" / "config.json").read_text())
-    (tmp_path / "hf2" / "config.json").write_text(json.dumps({**cfg, "encoder_ffn_dim": 128,
-                                                               "decoder_ffn_dim": 128}))
+    (tmp_path / "hf2" / "config.json").write_text(json.dumps({**cfg, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128}))
     with pytest.raises(ConfigError, match="model.safetensors.*shape"):
         import_marian(tmp_path / "hf2")
     (tmp_path / "hf2" / "config.json").write_text(json.dumps({**cfg, "vocab_size": cfg["vocab_size"] + 5}))
@@ -297,8 +301,9 @@ def test_separate_vocabularies_export_and_round_trip(corpus, tmp_path, tie):
     en, de, val = corpus
     vocabs = Vocabs(Vocab.train(en, 300), Vocab.train(de, 350))
     torch.manual_seed(1)
-    cfg = ModelConfig.preset("tiny", vocab_size=len(vocabs.src), tgt_vocab_size=len(vocabs.tgt), dropout=0.0,
-                             tie_embeddings=tie)
+    cfg = ModelConfig.preset(
+        "tiny", vocab_size=len(vocabs.src), tgt_vocab_size=len(vocabs.tgt), dropout=0.0, tie_embeddings=tie
+    )
     model = Transformer(cfg).eval()
     export_marian(model, vocabs, tmp_path / "hf")
     src = pad([vocabs.src.encode(s) + [3] for s in val[:4]])
@@ -320,8 +325,9 @@ def test_separate_vocabularies_export_and_round_trip(corpus, tmp_path, tie):
     ids = vocabs.tgt.encode(de[0])
     res = translator.score_batch([vocabs.src.pieces(vocabs.src.encode(val[0]))], [vocabs.tgt.pieces(ids)])[0]
     logp = ours[0, : len(ids) + 1].log_softmax(-1)
-    assert torch.allclose(torch.tensor(res.log_probs), logp[torch.arange(len(ids) + 1), torch.tensor(ids + [3])],
-                          atol=1e-4)
+    assert torch.allclose(
+        torch.tensor(res.log_probs), logp[torch.arange(len(ids) + 1), torch.tensor(ids + [3])], atol=1e-4
+    )
 
 
 def test_test_file_translations_identical_across_toolkits(tiny_model_dir, tmp_path):
@@ -343,8 +349,9 @@ def test_test_file_translations_identical_across_toolkits(tiny_model_dir, tmp_pa
         # CTranslate2's limit excludes eos; HF's max_new_tokens includes it (forced_eos_token_id)
         res = ct2.translate_batch([vocabs.src.pieces(ids)], beam_size=1, max_decoding_length=limit - 1)[0]
         ct2_text.append(vocabs.tgt.decode(vocabs.tgt.sp.piece_to_id(res.hypotheses[0])))
-        out = hf_model.generate(**tok([line], return_tensors="pt"), num_beams=1, do_sample=False,
-                                max_length=limit + 1)  # + the decoder start token
+        out = hf_model.generate(
+            **tok([line], return_tensors="pt"), num_beams=1, do_sample=False, max_length=limit + 1
+        )  # + the decoder start token
         hf_text.append(tok.decode(out[0], skip_special_tokens=True))
     differ_ct2 = sum(a != b for a, b in zip(ours, ct2_text))
     differ_hf = sum(a != b for a, b in zip(ours, hf_text))
@@ -364,10 +371,24 @@ def test_import_of_opus_mt_with_two_sentencepiece_models(corpus, tmp_path):
     V = len(joint)
     out = tmp_path / "opus"
     config = transformers.MarianConfig(
-        vocab_size=V, decoder_vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=64,
-        decoder_ffn_dim=64, encoder_attention_heads=4, decoder_attention_heads=4, activation_function="relu",
-        scale_embedding=True, pad_token_id=V - 1, eos_token_id=0, decoder_start_token_id=V - 1,
-        forced_eos_token_id=0, max_position_embeddings=256, dropout=0.0)
+        vocab_size=V,
+        decoder_vocab_size=V,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        activation_function="relu",
+        scale_embedding=True,
+        pad_token_id=V - 1,
+        eos_token_id=0,
+        decoder_start_token_id=V - 1,
+        forced_eos_token_id=0,
+        max_position_embeddings=256,
+        dropout=0.0,
+    )
     torch.manual_seed(0)
     hf_model = transformers.MarianMTModel(config).eval()
     with torch.no_grad():
@@ -391,9 +412,11 @@ def test_import_of_opus_mt_with_two_sentencepiece_models(corpus, tmp_path):
     assert [[marian_id[i] for i in t] + [0] for t in targets] == tok(text_target=de[:4])["input_ids"]
     src = [vocabs.src.encode(s) + [3] for s in val[:4]]
     with torch.no_grad():
-        theirs = hf_model(input_ids=pad([[marian_id[i] for i in r] for r in src]),
-                          attention_mask=pad([[1] * len(r) for r in src]),
-                          decoder_input_ids=pad([[V - 1] + [marian_id[i] for i in t] for t in targets])).logits
+        theirs = hf_model(
+            input_ids=pad([[marian_id[i] for i in r] for r in src]),
+            attention_mask=pad([[1] * len(r) for r in src]),
+            decoder_input_ids=pad([[V - 1] + [marian_id[i] for i in t] for t in targets]),
+        ).logits
         mine = model(pad(src), pad([[2] + t for t in targets]))  # (B, T, V + 1)
     cols = torch.tensor([marian_id[i] for i in range(V + 1) if i != 2])
     keep = torch.tensor([i for i in range(V + 1) if i != 2])

@@ -27,7 +27,27 @@ from transduce.model import ModelConfig, Transformer
 from transduce.modeldir import load_model_dir
 from transduce.safefiles import BadFileError
 
-WORDS = ["the", "a", "dog", "cat", "runs", "sleeps", "on", "under", "red", "blue", "house", "tree", "man", "woman", "child", "sees", "big", "small", "old"]
+WORDS = [
+    "the",
+    "a",
+    "dog",
+    "cat",
+    "runs",
+    "sleeps",
+    "on",
+    "under",
+    "red",
+    "blue",
+    "house",
+    "tree",
+    "man",
+    "woman",
+    "child",
+    "sees",
+    "big",
+    "small",
+    "old",
+]
 LANGS = [">>deu<<", ">>fra<<"]
 D_MODEL, D_FF = 32, 48
 
@@ -58,8 +78,15 @@ def release(tmp_path_factory):
     hf_dir = root / "hf"
     hf_dir.mkdir()
     config = marian.marian_config(cfg)
-    config.update(vocab_size=V, decoder_vocab_size=V, pad_token_id=V - 1, eos_token_id=0, forced_eos_token_id=0,
-                  decoder_start_token_id=V - 1, max_position_embeddings=512)
+    config.update(
+        vocab_size=V,
+        decoder_vocab_size=V,
+        pad_token_id=V - 1,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        decoder_start_token_id=V - 1,
+        max_position_embeddings=512,
+    )
     (hf_dir / "config.json").write_text(json.dumps(config))
     (hf_dir / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(order)}))
     save_file({k: v.contiguous() for k, v in hf.items()}, str(hf_dir / "model.safetensors"))
@@ -73,22 +100,26 @@ def release(tmp_path_factory):
                 key = f"model.{side}.layers.{layer}.{name}"
                 if key in hf:
                     t = hf[key].numpy()
-                    arrays[f"{side}_l{layer + 1}_{suffix}"] = t.T if t.ndim == 2 and "layer_norm" not in name \
-                        else t.reshape(1, -1)  # Marian: x·W with W (in, out); vectors (1, n)
+                    arrays[f"{side}_l{layer + 1}_{suffix}"] = (
+                        t.T if t.ndim == 2 and "layer_norm" not in name else t.reshape(1, -1)
+                    )  # Marian: x·W with W (in, out); vectors (1, n)
     arrays["Wemb"] = table[: V - 1].numpy()  # Marian has no <pad> row
     arrays["decoder_ff_logit_out_b"] = np.zeros((1, V - 1), np.float32)
-    model_yml = (f"type: transformer\ndim-emb: {D_MODEL}\nenc-depth: {cfg.encoder_layers}\ndec-depth: "
-                 f"{cfg.decoder_layers}\ntransformer-heads: 4\ntransformer-dim-ffn: {D_FF}\n"
-                 "transformer-ffn-activation: relu\ntransformer-preprocess: \"\"\ntransformer-postprocess: dan\n"
-                 "transformer-postprocess-emb: d\ntied-embeddings-all: true\nright-left: false\n"
-                 f"dim-vocabs:\n  - {V - 1}\n  - {V - 1}\n")
+    model_yml = (
+        f"type: transformer\ndim-emb: {D_MODEL}\nenc-depth: {cfg.encoder_layers}\ndec-depth: "
+        f"{cfg.decoder_layers}\ntransformer-heads: 4\ntransformer-dim-ffn: {D_FF}\n"
+        'transformer-ffn-activation: relu\ntransformer-preprocess: ""\ntransformer-postprocess: dan\n'
+        "transformer-postprocess-emb: d\ntied-embeddings-all: true\nright-left: false\n"
+        f"dim-vocabs:\n  - {V - 1}\n  - {V - 1}\n"
+    )
     arrays[CONFIG_KEY] = np.frombuffer(model_yml.encode() + b"\x00", dtype=np.int8)
     np.savez(native / "opus.spm80-spm80.transformer.model1.npz.best-perplexity.npz", **arrays)
     vocab_yml = "".join(f"{json.dumps(p)}: {i}\n" for i, p in enumerate(order[:-1]))
     (native / "opus.spm80-spm80.vocab.yml").write_text(vocab_yml)
     (native / "decoder.yml").write_text(
         "models:\n  - /home/opus/work/opus.spm80-spm80.transformer.model1.npz.best-perplexity.npz\n"
-        "vocabs:\n  - opus.spm80-spm80.vocab.yml\n  - opus.spm80-spm80.vocab.yml\nbeam-size: 6\n")
+        "vocabs:\n  - opus.spm80-spm80.vocab.yml\n  - opus.spm80-spm80.vocab.yml\nbeam-size: 6\n"
+    )
     for d in (hf_dir, native):
         vocab.save(d / "source.spm")
         vocab.save(d / "target.spm")
@@ -136,8 +167,9 @@ def test_target_language_token_leads_the_source(release, tmp_path, capsys):
     src = tmp_path / "in.txt"
     src.write_text("the dog runs\nthe cat sleeps\n")
     assert main(["translate", "--model", str(tmp_path / "m"), "--beam", "1", "--target-lang", "fra", str(src)]) == 0
-    assert capsys.readouterr().out.splitlines() == translator.translate(src.read_text().splitlines(), beam=1,
-                                                                          target_lang="fra")
+    assert capsys.readouterr().out.splitlines() == translator.translate(
+        src.read_text().splitlines(), beam=1, target_lang="fra"
+    )
     assert main(["translate", "--model", str(tmp_path / "m"), "--target-lang", "xx", str(src)]) == 2
     assert "target language 'xx'" in capsys.readouterr().err
 

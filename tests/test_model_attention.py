@@ -10,8 +10,11 @@ from transduce.model.attention import MultiHeadAttention, attention_fast, attent
 
 def qkv(B=2, h=3, T=5, S=7, d=8, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(B, h, T, d, generator=g), torch.randn(B, h, S, d, generator=g),
-            torch.randn(B, h, S, d, generator=g))
+    return (
+        torch.randn(B, h, T, d, generator=g),
+        torch.randn(B, h, S, d, generator=g),
+        torch.randn(B, h, S, d, generator=g),
+    )
 
 
 def test_reference_is_the_formula():
@@ -153,9 +156,8 @@ def test_written_out_training_attention_equals_the_kernels():
     q16, k16 = q.bfloat16(), k.bfloat16()  # the scores: fp32 from bf16 inputs, not bf16-rounded
     scores_fp32 = q16.float() @ k16.float().transpose(-2, -1) / math.sqrt(8)
     out = attention_written_out(q16, k16, v.bfloat16())
-    expected = (torch.softmax(scores_fp32, -1).bfloat16() @ v.bfloat16())
+    expected = torch.softmax(scores_fp32, -1).bfloat16() @ v.bfloat16()
     assert torch.equal(out, expected)
-
 
 
 def test_the_written_kernel_is_a_module_setting_and_the_trainer_key_is_checked():
@@ -179,6 +181,7 @@ def test_the_written_kernel_is_a_module_setting_and_the_trainer_key_is_checked()
         use_kernel(ours, "written-bf16")
     with pytest.raises(ConfigError, match="attention_kernel"):
         build(TrainConfig, {"data": "d", "out": "o", "attention_kernel": "written-bf16"})
+
 
 @pytest.mark.parametrize("T", [5, 12, 15, 16, 24])
 def test_softmax_last_matches_torch_values_and_gradients_with_masked_keys(T):

@@ -23,8 +23,9 @@ def test_preset_overrides_and_fields():
 
 
 def test_toml_round_trip(tmp_path):
-    cfg = ModelConfig.preset("small", vocab_size=900, norm="pre", attention_window=5, tie_embeddings="target",
-                             tgt_vocab_size=800)
+    cfg = ModelConfig.preset(
+        "small", vocab_size=900, norm="pre", attention_window=5, tie_embeddings="target", tgt_vocab_size=800
+    )
     path = tmp_path / "m.toml"
     path.write_text(cfg.to_toml())
     assert ModelConfig.from_toml(path) == cfg

@@ -171,8 +171,7 @@ def test_three_way_tying_is_one_tensor_and_switchable():
     assert target_only.generator.weight is target_only.tgt_embed.token.weight
     assert target_only.src_embed.token.weight is not target_only.tgt_embed.token.weight
     untied = make(tie_embeddings="none")
-    assert len({id(untied.src_embed.token.weight), id(untied.tgt_embed.token.weight),
-                id(untied.generator.weight)}) == 3
+    assert len({id(untied.src_embed.token.weight), id(untied.tgt_embed.token.weight), id(untied.generator.weight)}) == 3
     # a gradient step through the tied output layer moves the source embedding too
     src, tgt = batch()
     model.train()

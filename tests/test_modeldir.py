@@ -42,11 +42,13 @@ def test_weights_file_is_byte_identical_across_processes(tmp_path, vocabs):
     """Tied names are resolved in module order, not hash order (PYTHONHASHSEED must not matter)."""
     model = tiny(vocabs)
     torch.save(model.state_dict(), tmp_path / "ref.pt")
-    code = ("import sys, torch; from transduce import ModelConfig, Transformer; "
-            "from transduce.modeldir import save_weights; "
-            f"m = Transformer(ModelConfig.preset('tiny', vocab_size={len(vocabs.src)})); "
-            f"m.load_state_dict(torch.load(r'{tmp_path / 'ref.pt'}', weights_only=True)); "
-            "save_weights(m, sys.argv[1])")
+    code = (
+        "import sys, torch; from transduce import ModelConfig, Transformer; "
+        "from transduce.modeldir import save_weights; "
+        f"m = Transformer(ModelConfig.preset('tiny', vocab_size={len(vocabs.src)})); "
+        f"m.load_state_dict(torch.load(r'{tmp_path / 'ref.pt'}', weights_only=True)); "
+        "save_weights(m, sys.argv[1])"
+    )
     for seed in ("1", "2"):
         env = {"PYTHONHASHSEED": seed, "PATH": "/usr/bin:/bin"}
         subprocess.run([sys.executable, "-c", code, str(tmp_path / f"w{seed}.safetensors")], check=True, env=env)

@@ -43,10 +43,17 @@ def test_one_step_is_torch_muon_on_matrices_and_adamw_elsewhere():
     opt = build_optimizer(model.named_parameters(), cfg)
     assert isinstance(opt, MuonAdamW)
     named = list(reference.named_parameters())
-    ref_muon = torch.optim.Muon([p for n, p in named if muon_parameter(n, p)], lr=0.004, weight_decay=0.01,
-                                momentum=0.95, nesterov=True, adjust_lr_fn="match_rms_adamw")
-    ref_adam = torch.optim.AdamW([p for n, p in named if not muon_parameter(n, p)], lr=0.004,
-                                 betas=(0.9, 0.98), eps=1e-9, weight_decay=0.01)
+    ref_muon = torch.optim.Muon(
+        [p for n, p in named if muon_parameter(n, p)],
+        lr=0.004,
+        weight_decay=0.01,
+        momentum=0.95,
+        nesterov=True,
+        adjust_lr_fn="match_rms_adamw",
+    )
+    ref_adam = torch.optim.AdamW(
+        [p for n, p in named if not muon_parameter(n, p)], lr=0.004, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.01
+    )
     for step in range(2):
         fake_grads(model, step)
         fake_grads(reference, step)

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import read_corpus
+
 from transduce.config import ConfigError
 from transduce.recipe import load_recipe, run_recipe
 
@@ -136,16 +136,22 @@ def test_recipe_rejects_unknown_keys_and_bad_values(raw, tmp_path):
         load_recipe(path)
 
 
-
-
 def test_the_multi30k_recipe_is_muon_gelu_weight_decay_r_drop_and_ema_in_bf16_and_fp32_alike():
     config = Path(__file__).resolve().parents[1] / "configs" / "multi30k-en-de.toml"
     recipes = [load_recipe(config, [f'train.dtype="{dtype}"']) for dtype in ("bf16", "fp32")]
     for recipe in recipes:
-        train = {key: recipe.train[key] for key in ("optimizer", "peak_lr", "weight_decay", "rdrop_alpha",
-                                                    "ema_decay", "schedule")}
-        assert train == {"optimizer": "muon", "peak_lr": 0.006, "weight_decay": 0.1, "rdrop_alpha": 2.0,
-                         "ema_decay": 0.999, "schedule": "linear"}
+        train = {
+            key: recipe.train[key]
+            for key in ("optimizer", "peak_lr", "weight_decay", "rdrop_alpha", "ema_decay", "schedule")
+        }
+        assert train == {
+            "optimizer": "muon",
+            "peak_lr": 0.006,
+            "weight_decay": 0.1,
+            "rdrop_alpha": 2.0,
+            "ema_decay": 0.999,
+            "schedule": "linear",
+        }
         assert recipe.model["activation"] == "gelu"
     assert recipes[0].train == {**recipes[1].train, "dtype": "bf16"}
 

@@ -68,29 +68,38 @@ def test_no_tracked_file_speaks_of_sessions_attempts_or_issues():
         text = read_text(ROOT / name)
         if text is not None:
             found.extend(offending_lines(name, text))
-    assert not found, "work-history words in tracked files:\n" + "\n".join(found[:50]) + (
-        f"\n... and {len(found) - 50} more" if len(found) > 50 else "")
+    assert not found, (
+        "work-history words in tracked files:\n"
+        + "\n".join(found[:50])
+        + (f"\n... and {len(found) - 50} more" if len(found) > 50 else "")
+    )
 
 
-@pytest.mark.parametrize("line", [
-    "On session 11's Intel Xeon it ran at 4k tok/s.",
-    "sessions 30-33 used an AVX2 host",
-    "Attempt 70 scored 42.31.",
-    "the target of issue 6",
-    "as issue #8 says",
-    "The issue asks for 2x.",
-    "the issue's target is 42",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "On session 11's Intel Xeon it ran at 4k tok/s.",
+        "sessions 30-33 used an AVX2 host",
+        "Attempt 70 scored 42.31.",
+        "the target of issue 6",
+        "as issue #8 says",
+        "The issue asks for 2x.",
+        "the issue's target is 42",
+    ],
+)
 def test_the_patterns_catch_work_history(line):
     assert offending_lines("README.md", line)
 
 
-@pytest.mark.parametrize("line", [
-    '@pytest.fixture(scope="session")',
-    "def tiny_model_dir(tmp_path_factory):  # built once per test session",
-    "requests.Session() keeps the connection",
-    "a known issue with MKL on AMD CPUs",
-    "each attempt to connect times out after 5 s",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        '@pytest.fixture(scope="session")',
+        "def tiny_model_dir(tmp_path_factory):  # built once per test session",
+        "requests.Session() keeps the connection",
+        "a known issue with MKL on AMD CPUs",
+        "each attempt to connect times out after 5 s",
+    ],
+)
 def test_the_patterns_leave_ordinary_words_alone(line):
     assert not offending_lines("README.md", line)

@@ -20,7 +20,27 @@ from transduce.modeldir import load_model_dir, save_model_dir
 from transduce.safefiles import BadFileError, read_npz, read_safetensors
 from transduce.train import checkpoint as ckpt
 
-WORDS = ["the", "a", "dog", "cat", "runs", "sleeps", "on", "under", "red", "blue", "house", "tree", "man", "woman", "child", "sees", "big", "small", "old"]
+WORDS = [
+    "the",
+    "a",
+    "dog",
+    "cat",
+    "runs",
+    "sleeps",
+    "on",
+    "under",
+    "red",
+    "blue",
+    "house",
+    "tree",
+    "man",
+    "woman",
+    "child",
+    "sees",
+    "big",
+    "small",
+    "old",
+]
 
 
 def sentences(n: int, seed: int = 0) -> list[str]:
@@ -109,8 +129,11 @@ def test_checkpoint_damage_is_named_with_the_fix(model_dir, tmp_path):
     ckpt.save_checkpoint(ckpt.step_dir(root, 5), model, opt, {"step": 5})
     good = ckpt.step_dir(root, 5)
     assert ckpt.load_checkpoint(good, model, opt, restore_rng=False)["step"] == 5
-    for name, damage in (("optimizer.safetensors", DAMAGES["truncated"]), ("model.safetensors", DAMAGES["pickle"]),
-                         ("state.json", lambda p: p.write_text('{"step": '))):
+    for name, damage in (
+        ("optimizer.safetensors", DAMAGES["truncated"]),
+        ("model.safetensors", DAMAGES["pickle"]),
+        ("state.json", lambda p: p.write_text('{"step": ')),
+    ):
         bad = tmp_path / f"bad-{name}" / "step_00000005"
         shutil.copytree(good, bad)
         damage(bad / name)

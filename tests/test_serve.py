@@ -17,10 +17,10 @@ httpx = pytest.importorskip("httpx", reason="server tests need httpx")
 uvicorn = pytest.importorskip("uvicorn", reason="server tests need uvicorn (the serve extra)")
 pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
 
-from fastapi.testclient import TestClient  # noqa: E402
-
 from conftest import read_corpus  # noqa: E402
+from fastapi.testclient import TestClient  # noqa: E402
 from live_server import Live  # noqa: E402
+
 from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
 from transduce.serve import server as srv  # noqa: E402
@@ -85,8 +85,9 @@ def test_scores_nbest_and_empty_lines(translator, sentences):
         offline = translator.translate(sentences[:3] + [""], beam=4, nbest=2, return_scores=True)
         got = r.json()["translations"]
         assert [[h["text"] for h in hyps] for hyps in got] == [[h.text for h in hyps] for hyps in offline]
-        assert [[(h["score"], h["logprob"]) for h in hyps] for hyps in got] == \
-            [[(h.score, h.logprob) for h in hyps] for hyps in offline]  # floats survive JSON exactly
+        assert [[(h["score"], h["logprob"]) for h in hyps] for hyps in got] == [
+            [(h.score, h.logprob) for h in hyps] for hyps in offline
+        ]  # floats survive JSON exactly
         assert got[3][0]["text"] == ""
         assert c.post("/v1/translate", json={"text": []}).json() == {"translations": []}
 
@@ -94,6 +95,7 @@ def test_scores_nbest_and_empty_lines(translator, sentences):
 def test_limits_answer_with_status_and_field(translator):
     settings = Settings(max_sentences=3, max_chars=50, max_body=2000, max_beam=8)
     with TestClient(create_app(translator, settings)) as c:
+
         def post(body, raw=None):
             if raw is not None:
                 return c.post("/v1/translate", content=raw, headers={"content-type": "application/json"})
@@ -121,6 +123,7 @@ def test_limits_answer_with_status_and_field(translator):
         def chunks():  # no Content-Length: the streamed body is counted
             for _ in range(30):
                 yield b" " * 100
+
         r = c.post("/v1/translate", content=chunks(), headers={"content-type": "application/json"})
         assert r.status_code == 413
 

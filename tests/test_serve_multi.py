@@ -18,8 +18,8 @@ pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extr
 pytest.importorskip("prometheus_client", reason="server tests need prometheus-client (the serve extra)")
 
 from fastapi.testclient import TestClient  # noqa: E402
-
 from live_server import Live, untrained_model  # noqa: E402
+
 from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
 from transduce.config import ConfigError  # noqa: E402
@@ -29,10 +29,20 @@ from transduce.serve.registry import ModelPool, PoolFull, read_models, spec_from
 from transduce.serve.server import create_app  # noqa: E402
 from transduce.serve.service import Settings  # noqa: E402
 
-EN = ["A dog runs in the park.", "Two men are playing soccer.", "A woman is reading a book.",
-      "A child eats an apple.", "People walk down the street.", "A man rides a red bike."]
-DE = ["Ein Hund läuft im Park.", "Zwei Männer spielen Fußball.", "Eine Frau liest ein Buch.",
-      "Ein Kind isst einen Apfel."]
+EN = [
+    "A dog runs in the park.",
+    "Two men are playing soccer.",
+    "A woman is reading a book.",
+    "A child eats an apple.",
+    "People walk down the street.",
+    "A man rides a red bike.",
+]
+DE = [
+    "Ein Hund läuft im Park.",
+    "Zwei Männer spielen Fußball.",
+    "Eine Frau liest ein Buch.",
+    "Ein Kind isst einen Apfel.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +66,10 @@ def loader(spec):
 
 def test_models_file_and_directory(tiny_model_dir, de_en_dir, tmp_path):
     toml = tmp_path / "models.toml"
-    toml.write_text(f'[[model]]\npath = "{tiny_model_dir}"\nname = "news"\n\n'
-                    f'[[model]]\npath = "{de_en_dir}"\nsource = "nl"\ntarget = "en"\ndtype = "int8"\n')
+    toml.write_text(
+        f'[[model]]\npath = "{tiny_model_dir}"\nname = "news"\n\n'
+        f'[[model]]\npath = "{de_en_dir}"\nsource = "nl"\ntarget = "en"\ndtype = "int8"\n'
+    )
     news, nl = read_models(toml)
     assert (news.name, news.pair, news.dtype) == ("news", "en-de", None)
     assert (nl.name, nl.pair, nl.dtype) == ("de-en", "nl-en", "int8")
@@ -70,8 +82,10 @@ def test_models_file_and_directory(tiny_model_dir, de_en_dir, tmp_path):
 
     fails(f'[[model]]\npath = "{tiny_model_dir}"\nlanguage = "en"\n', r"#1: unknown key\(s\) language")
     fails('[[model]]\nsource = "en"\n', "#1: missing 'path'")
-    fails(f'[[model]]\npath = "{tiny_model_dir}"\n[[model]]\npath = "{tiny_model_dir}"\nname = "b"\n',
-          "two models with pair 'en-de'")
+    fails(
+        f'[[model]]\npath = "{tiny_model_dir}"\n[[model]]\npath = "{tiny_model_dir}"\nname = "b"\n',
+        "two models with pair 'en-de'",
+    )
     fails(f'[[model]]\npath = "{tiny_model_dir}"\ndtype = "fp8"\n', "dtype must be one of")
     fails("[server]\nport = 1\n", r"unknown key\(s\) server")
     bare = save_model_dir(tmp_path / "bare", *load_model_dir(tiny_model_dir)[:2], {})
@@ -115,20 +129,28 @@ def test_pool_unloads_least_recently_used_idle_models(specs, tmp_path):
 
 def test_libretranslate_api(specs, offline):
     with TestClient(create_app(specs, load=loader)) as c:
-        assert c.get("/languages").json() == [{"code": "de", "name": "German", "targets": ["en"]},
-                                               {"code": "en", "name": "English", "targets": ["de"]}]
+        assert c.get("/languages").json() == [
+            {"code": "de", "name": "German", "targets": ["en"]},
+            {"code": "en", "name": "English", "targets": ["de"]},
+        ]
         r = c.post("/translate", json={"q": EN[0], "source": "en", "target": "de"})
         assert r.status_code == 200 and r.json() == {"translatedText": offline["en", "de"].translate([EN[0]])[0]}
         r = c.post("/translate", data={"q": DE[0], "source": "de", "target": "en"})  # form-encoded
         assert r.json() == {"translatedText": offline["de", "en"].translate([DE[0]])[0]}
         r = c.post("/translate", json={"q": EN[:3], "source": "auto", "target": "de", "alternatives": 2})
         nbest = offline["en", "de"].translate(EN[:3], beam=4, nbest=3)
-        assert r.json() == {"translatedText": [h[0] for h in nbest], "alternatives": [h[1:] for h in nbest],
-                            "detectedLanguage": [{"language": "en", "confidence": 100.0}] * 3}
+        assert r.json() == {
+            "translatedText": [h[0] for h in nbest],
+            "alternatives": [h[1:] for h in nbest],
+            "detectedLanguage": [{"language": "en", "confidence": 100.0}] * 3,
+        }
         r = c.post("/translate", files={"q": (None, EN[1]), "source": (None, "en"), "target": (None, "de")})
         assert r.json()["translatedText"] == offline["en", "de"].translate([EN[1]])[0]  # multipart form
         cases = [
-            ({"q": "x", "source": "en", "target": "fr"}, "no model translates 'en' to 'fr'; this server has: de-en, en-de"),
+            (
+                {"q": "x", "source": "en", "target": "fr"},
+                "no model translates 'en' to 'fr'; this server has: de-en, en-de",
+            ),
             ({"source": "en", "target": "de"}, "missing q parameter"),
             ({"text": ["x"]}, "is at POST /v1/translate"),
             ({"q": "x", "source": "en", "target": "de", "format": "pdf"}, "format must be 'text' or 'html'"),
@@ -169,9 +191,12 @@ def test_api_keys_and_request_limits(specs, tmp_path):
     keys = read_keys(keys_file, default_limit=0)
     assert [(k.per_minute, k.line) for k in keys] == [(2, 2), (0, 3)]
     assert find_key(keys, "beta-key-00002").line == 3 and find_key(keys, "beta-key-00003") is None
-    for text, phrase in [("k1234567 x\n", r"keys.txt:1: expected 'KEY \[REQUESTS_PER_MINUTE\]'"),
-                         ("short\n", "keys.txt:1: key shorter than 8"), ("k1234567\nk1234567\n", "keys.txt:2: the same"),
-                         ("# none\n", "no keys in the file")]:
+    for text, phrase in [
+        ("k1234567 x\n", r"keys.txt:1: expected 'KEY \[REQUESTS_PER_MINUTE\]'"),
+        ("short\n", "keys.txt:1: key shorter than 8"),
+        ("k1234567\nk1234567\n", "keys.txt:2: the same"),
+        ("# none\n", "no keys in the file"),
+    ]:
         keys_file.write_text(text)
         with pytest.raises(ConfigError, match=phrase):
             read_keys(keys_file)
@@ -187,12 +212,20 @@ def test_api_keys_and_request_limits(specs, tmp_path):
         assert c.post("/translate", json={**body, "api_key": "alpha-key-0001"}).status_code == 200
         assert c.post("/translate", data={**body, "api_key": "alpha-key-0001"}).status_code == 200
         r = c.post("/translate", json={**body, "api_key": "alpha-key-0001"})
-        assert r.status_code == 429 and "limit of 2 per minute" in r.json()["error"] and int(r.headers["retry-after"]) > 0
-        r = c.post("/v1/translate", json={"text": ["A dog."], "source": "en", "target": "de"},
-                   headers={"X-API-Key": "beta-key-00002"})
+        assert (
+            r.status_code == 429 and "limit of 2 per minute" in r.json()["error"] and int(r.headers["retry-after"]) > 0
+        )
+        r = c.post(
+            "/v1/translate",
+            json={"text": ["A dog."], "source": "en", "target": "de"},
+            headers={"X-API-Key": "beta-key-00002"},
+        )
         assert r.status_code == 200
-        r = c.post("/v1/translate", json={"text": ["A dog."], "source": "en", "target": "de"},
-                   headers={"Authorization": "Bearer nope-nope-nope"})
+        r = c.post(
+            "/v1/translate",
+            json={"text": ["A dog."], "source": "en", "target": "de"},
+            headers={"Authorization": "Bearer nope-nope-nope"},
+        )
         assert r.status_code == 403
         assert c.get("/languages").status_code == 200  # no key needed to list languages
 
@@ -229,8 +262,9 @@ def test_load_two_pairs_zero_errors_offline_outputs(specs, offline):
     live = Live(app)
     rng = random.Random(0)
     pairs = {("en", "de"): EN, ("de", "en"): DE}
-    plan = [[(pair, rng.sample(pairs[pair], rng.randint(1, 2))) for pair in rng.choices(list(pairs), k=6)]
-            for _ in range(8)]
+    plan = [
+        [(pair, rng.sample(pairs[pair], rng.randint(1, 2))) for pair in rng.choices(list(pairs), k=6)] for _ in range(8)
+    ]
 
     def client(requests):
         with httpx.Client(base_url=live.url, timeout=120) as c:

@@ -19,19 +19,31 @@ pytest.importorskip("uvicorn", reason="server tests need uvicorn (the serve extr
 pytest.importorskip("prometheus_client", reason="server tests need prometheus-client (the serve extra)")
 
 from live_server import Live, untrained_model  # noqa: E402
+
 from transduce.api import load  # noqa: E402
 from transduce.serve.registry import spec_from_dir  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--window-size=1200,900"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1200,900",
+]
 SENTENCES = ["A dog runs in the park.", "Two men are playing soccer."]
 
 
 def no_browser(why: str):
-    message = (f"NO BROWSER, PAGE TEST SKIPPED: {why}. Install Debian's chromium and chromium-driver "
-               "(apt-get install -y chromium chromium-driver) to run it.")
+    message = (
+        f"NO BROWSER, PAGE TEST SKIPPED: {why}. Install Debian's chromium and chromium-driver "
+        "(apt-get install -y chromium chromium-driver) to run it."
+    )
     if os.environ.get("TRANSDUCE_REQUIRE_BROWSER"):
         pytest.fail(message + " (TRANSDUCE_REQUIRE_BROWSER is set)")
     warnings.warn(message, stacklevel=2)
@@ -48,8 +60,10 @@ def browser(tmp_path):
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
     if binary is None or driver_path is None:
-        no_browser(f"chromium {'found' if binary else 'not found'}, chromedriver "
-                   f"{'found' if driver_path else 'not found'} on PATH")
+        no_browser(
+            f"chromium {'found' if binary else 'not found'}, chromedriver "
+            f"{'found' if driver_path else 'not found'} on PATH"
+        )
     options = webdriver.ChromeOptions()
     options.binary_location = binary
     for flag in CHROMIUM_FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]:
@@ -81,8 +95,9 @@ def test_page_translates_and_shows_attention_on_hover(browser, tiny_model_dir, t
         assert browser.find_element(By.ID, "status").text == ""
         assert browser.find_element(By.ID, "plain").text == "\n".join(load(tiny_model_dir).translate(SENTENCES))
 
-        api = httpx.post(live.url + "/v1/attention", json={"text": SENTENCES[:1], "source": "en", "target": "de"},
-                         timeout=60).json()["alignments"][0]
+        api = httpx.post(
+            live.url + "/v1/attention", json={"text": SENTENCES[:1], "source": "en", "target": "de"}, timeout=60
+        ).json()["alignments"][0]
         line = browser.find_elements(By.CSS_SELECTOR, "#lines .line")[0]
         targets = line.find_elements(By.CSS_SELECTOR, ".tgt-word")
         sources = line.find_elements(By.CSS_SELECTOR, ".src-word")

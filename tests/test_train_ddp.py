@@ -15,17 +15,16 @@ import socket
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from test_train_run import data_dir  # noqa: F401  (module-scoped real Multi30k slice)
 
 from transduce.data import PreparedData
 from transduce.data.batching import TokenBatches
 from transduce.model import Transformer
 from transduce.train.config import TrainConfig, model_config
-from transduce.train.optim import build_optimizer
 from transduce.train.distributed import Dist
+from transduce.train.optim import build_optimizer
 from transduce.train.schedule import Schedule
 from transduce.train.step import Stepper
-
-from test_train_run import data_dir  # noqa: F401  (module-scoped real Multi30k slice)
 
 UPDATES = 3
 RUNS = (("sgd", 1), ("adam", 1), ("muon", 1), ("sgd", 2))  # (optimizer, micro-batches per rank and update)
@@ -36,11 +35,21 @@ def make(data_dir, optimizer: str, rank: int, world: int):
     cfg = model_config({"preset": "tiny", "dropout": 0.0}, data.vocabs, "test")
     torch.manual_seed(5)
     model = Transformer(cfg).train()
-    opt = (torch.optim.SGD(model.parameters(), lr=1.0) if optimizer == "sgd"
-           else build_optimizer(model.named_parameters(), TrainConfig(data="d", out="o", optimizer=optimizer),
-                           Dist(rank, world)))
-    stepper = Stepper(model, opt, Schedule("inverse_sqrt", 1, peak_lr=1.0 if optimizer == "sgd" else 1e-3),
-                      device=torch.device("cpu"), dtype="fp32", ctx=Dist(rank, world))
+    opt = (
+        torch.optim.SGD(model.parameters(), lr=1.0)
+        if optimizer == "sgd"
+        else build_optimizer(
+            model.named_parameters(), TrainConfig(data="d", out="o", optimizer=optimizer), Dist(rank, world)
+        )
+    )
+    stepper = Stepper(
+        model,
+        opt,
+        Schedule("inverse_sqrt", 1, peak_lr=1.0 if optimizer == "sgd" else 1e-3),
+        device=torch.device("cpu"),
+        dtype="fp32",
+        ctx=Dist(rank, world),
+    )
     batches = TokenBatches(data.split("train"), 400, seed=3, world_size=2).indices(1)  # the 2-rank plan
     return model, stepper, batches, TokenBatches(data.split("train"), 400, seed=3)
 
@@ -105,7 +114,12 @@ def test_two_ranks_agree_and_match_one_process_with_both_batches(data_dir):  # n
             torch.set_num_threads(threads)
         moved = 0.0
         for name, value in model.state_dict().items():
-            torch.testing.assert_close(torch.from_numpy(ddp[name]), value, rtol=1e-4, atol=1e-5,
-                                       msg=f"{name}, {optimizer}, {micro} micro-batch(es)")
+            torch.testing.assert_close(
+                torch.from_numpy(ddp[name]),
+                value,
+                rtol=1e-4,
+                atol=1e-5,
+                msg=f"{name}, {optimizer}, {micro} micro-batch(es)",
+            )
             moved = max(moved, (value - initial[name]).abs().max().item())
         assert moved > (1e-2 if optimizer == "sgd" else 1e-3)  # the updates were real (Muon's lr is 1e-3)

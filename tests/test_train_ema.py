@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
-
 from test_recipe import raw, write_recipe  # noqa: F401  (the module-scoped fixture)
 from test_train_run import data_dir, train_in_process, write_config  # noqa: F401
+
 from transduce.config import ConfigError
 from transduce.recipe import load_recipe, run_recipe
 from transduce.train.config import load_config

@@ -5,13 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_train_run import data_dir, write_config  # noqa: F401  (module-scoped real Multi30k slice)
 
 from transduce.cli import main as cli_main
 from transduce.config import ConfigError
 from transduce.train.cli import preflight
 from transduce.train.config import TrainConfig, load_config
-
-from test_train_run import data_dir, write_config  # noqa: F401  (module-scoped real Multi30k slice)
 
 
 def error_of(capsys, *argv) -> str:
@@ -63,7 +62,7 @@ def test_vocabulary_that_does_not_match_the_config_is_named(data_dir, tmp_path, 
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
     err = error_of(capsys, config, "--set", "model.vocab_size=8000")
     assert "'vocab_size' = 8000" in err and "500" in err and "[model]" in err
-    err = error_of(capsys, config, "--set", "model.tie_embeddings=\"all\"", "--set", "model.tgt_vocab_size=400")
+    err = error_of(capsys, config, "--set", 'model.tie_embeddings="all"', "--set", "model.tgt_vocab_size=400")
     assert "tgt_vocab_size" in err
 
 
@@ -87,7 +86,7 @@ def test_fp16_without_cuda_is_refused(data_dir, tmp_path, capsys):  # noqa: F811
     if torch.cuda.is_available():
         pytest.skip("CUDA present: fp16 is allowed")
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
-    err = error_of(capsys, config, "--set", "dtype=\"fp16\"")
+    err = error_of(capsys, config, "--set", 'dtype="fp16"')
     assert "key 'dtype'" in err and "CUDA" in err
 
 

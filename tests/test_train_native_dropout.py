@@ -10,8 +10,10 @@ import torch
 from transduce.train import dropout
 from transduce.train.dropout import FastDropout
 
-pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
-                                reason="no C++ compiler: training uses FastDropout's tensor ops")
+pytestmark = pytest.mark.skipif(
+    shutil.which("c++") is None and shutil.which("g++") is None,
+    reason="no C++ compiler: training uses FastDropout's tensor ops",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,10 @@ from transduce.train import native_loss
 from transduce.train.loss import ProjectedSmoothedCrossEntropy
 from transduce.train.rdrop import projected_rdrop_loss, rdrop_loss
 
-pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
-                                reason="no C++ compiler: training uses the tensor-op loss")
+pytestmark = pytest.mark.skipif(
+    shutil.which("c++") is None and shutil.which("g++") is None,
+    reason="no C++ compiler: training uses the tensor-op loss",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,6 @@ from transduce.train.schedule import Schedule
 from transduce.train.step import Stepper, resolve_dtype
 
 
-
 def _inputs(seed=0, n=37, d=16, v=50):
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(2 * n, d, generator=g, dtype=torch.float64)
@@ -56,8 +55,13 @@ def _stepper(alpha: float, dropout: float):
     cfg = ModelConfig.preset("tiny", vocab_size=40, dropout=dropout)
     model = Transformer(cfg).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    return model, Stepper(model, opt, Schedule("inverse_sqrt", 1, peak_lr=0.1), device=torch.device("cpu"),
-                          objective=RDrop(0.1, alpha) if alpha > 0 else SmoothedLoss(0.1))
+    return model, Stepper(
+        model,
+        opt,
+        Schedule("inverse_sqrt", 1, peak_lr=0.1),
+        device=torch.device("cpu"),
+        objective=RDrop(0.1, alpha) if alpha > 0 else SmoothedLoss(0.1),
+    )
 
 
 class _Batch:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import read_corpus
 from safetensors.torch import load_file
 
-from conftest import read_corpus
 from transduce.cli import main as cli_main
 from transduce.data import PreparedData
 from transduce.modeldir import load_model_dir
@@ -34,19 +34,55 @@ def data_dir(tmp_path_factory) -> Path:
     for name, n in (("train", PAIRS), ("valid", VALID)):
         for lang in ("en", "fr"):
             (root / f"{name}.{lang}").write_text("\n".join(read_corpus(name, lang, n)) + "\n")
-    assert cli_main(["prepare", "files", "--src-file", str(root / "train.en"), "--tgt-file", str(root / "train.fr"),
-                     "--valid-src-file", str(root / "valid.en"), "--valid-tgt-file", str(root / "valid.fr"),
-                     "--src-lang", "en", "--tgt-lang", "fr", "--vocab-size", "500", "--out", str(root / "data")]) == 0
+    assert (
+        cli_main(
+            [
+                "prepare",
+                "files",
+                "--src-file",
+                str(root / "train.en"),
+                "--tgt-file",
+                str(root / "train.fr"),
+                "--valid-src-file",
+                str(root / "valid.en"),
+                "--valid-tgt-file",
+                str(root / "valid.fr"),
+                "--src-lang",
+                "en",
+                "--tgt-lang",
+                "fr",
+                "--vocab-size",
+                "500",
+                "--out",
+                str(root / "data"),
+            ]
+        )
+        == 0
+    )
     return root / "data"
 
 
 def write_config(path: Path, data: Path, out: Path, **train) -> Path:
-    values = dict(data=str(data), out=str(out), max_tokens=300, schedule="inverse_sqrt", peak_lr=3e-3, warmup=8,
-                  dtype="bf16", threads=1, max_steps=8, validate_every=1000, save_every_steps=2, keep_last=10,
-                  log_every=1, tensorboard=False, bleu_sentences=0)
+    values = dict(
+        data=str(data),
+        out=str(out),
+        max_tokens=300,
+        schedule="inverse_sqrt",
+        peak_lr=3e-3,
+        warmup=8,
+        dtype="bf16",
+        threads=1,
+        max_steps=8,
+        validate_every=1000,
+        save_every_steps=2,
+        keep_last=10,
+        log_every=1,
+        tensorboard=False,
+        bleu_sentences=0,
+    )
     values.update(train)
     lines = ["[train]"] + [f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"' for k, v in values.items()]
-    path.write_text("\n".join(lines).replace("True", "true").replace("False", "false") + "\n[model]\npreset = \"tiny\"\n")
+    path.write_text("\n".join(lines).replace("True", "true").replace("False", "false") + '\n[model]\npreset = "tiny"\n')
     return path
 
 
@@ -71,8 +107,15 @@ def metrics(run: Path, kind: str) -> list[dict]:
 
 
 def test_loss_falls_within_seconds(data_dir, tmp_path):
-    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=24, save_every_steps=1000,
-                          validate_every=12, max_tokens=600)
+    config = write_config(
+        tmp_path / "c.toml",
+        data_dir,
+        tmp_path / "run",
+        max_steps=24,
+        save_every_steps=1000,
+        validate_every=12,
+        max_tokens=600,
+    )
     start = time.perf_counter()
     train_in_process(config)
     seconds = time.perf_counter() - start
@@ -88,8 +131,15 @@ def test_loss_falls_within_seconds(data_dir, tmp_path):
 
 def test_validation_scores_bleu_through_the_translator(data_dir, tmp_path):
     pytest.importorskip("transduce.decode.translator", reason="decoding (issue: translator) not available")
-    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=4, validate_every=2,
-                          bleu_sentences=10, save_every_steps=1000)
+    config = write_config(
+        tmp_path / "c.toml",
+        data_dir,
+        tmp_path / "run",
+        max_steps=4,
+        validate_every=2,
+        bleu_sentences=10,
+        save_every_steps=1000,
+    )
     train_in_process(config)
     valid = metrics(tmp_path / "run", "valid")
     assert len(valid) == 2 and all(0.0 <= r["valid_bleu"] <= 100.0 for r in valid)
@@ -101,15 +151,23 @@ def test_the_last_weights_are_validated_even_between_validations(data_dir, tmp_p
     # A time-limited run ends wherever the clock says; its last updates must still compete for "best"
     # (a 60-minute Multi30k run validating every 4,000 updates otherwise returned step-12,000 weights
     # after 15,671 updates).
-    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=10, validate_every=4,
-                          save_every_steps=5)  # step 10 is saved as a regular checkpoint, then the run ends
+    config = write_config(
+        tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=10, validate_every=4, save_every_steps=5
+    )  # step 10 is saved as a regular checkpoint, then the run ends
     train_in_process(config)
     assert [r["step"] for r in metrics(tmp_path / "run", "valid")] == [4, 8, 10]
 
 
 def test_linear_schedule_decays_to_zero_at_the_end_of_the_step_budget(data_dir, tmp_path):
-    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", schedule="linear", warmup=2, max_steps=10,
-                          save_every_steps=1000)
+    config = write_config(
+        tmp_path / "c.toml",
+        data_dir,
+        tmp_path / "run",
+        schedule="linear",
+        warmup=2,
+        max_steps=10,
+        save_every_steps=1000,
+    )
     train_in_process(config)
     lrs = [r["lr"] for r in metrics(tmp_path / "run", "train")]
     assert lrs[:2] == pytest.approx([1.5e-3, 3e-3 * 0.9])  # warm-up, then peak × (1 − 1/10) at update 2
@@ -151,8 +209,13 @@ def test_sigkill_and_resume_is_bit_identical(data_dir, tmp_path):
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=10_000, save_every_steps=3)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "transduce", "train", str(config)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "transduce", "train", str(config)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not list_checkpoints(tmp_path / "run" / "checkpoints") and proc.poll() is None:
         assert time.time() < deadline, "no checkpoint appeared"
@@ -180,8 +243,7 @@ def test_existing_run_needs_resume_and_resume_continues(data_dir, tmp_path):
 
 
 def test_average_is_the_tensor_mean_and_keep_last_prunes(data_dir, tmp_path):
-    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=8, save_every_steps=1,
-                          keep_last=3)
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=8, save_every_steps=1, keep_last=3)
     train_in_process(config)
     found = list_checkpoints(tmp_path / "run/checkpoints")
     assert [p.name for p in found] == ["step_00000006", "step_00000007", "step_00000008"]

@@ -81,8 +81,9 @@ def test_loss_sums_over_tokens_excludes_padding_and_runs_in_fp32():
     assert nll.item() == pytest.approx(ref.item(), rel=1e-5)
     loss16, nll16, _ = label_smoothed_loss(logits.bfloat16(), target, 0.1)
     assert loss16.dtype == torch.float32
-    assert loss16.item() == pytest.approx(label_smoothed_loss(logits.bfloat16().float(), target, 0.1)[0].item(),
-                                          rel=1e-6)
+    assert loss16.item() == pytest.approx(
+        label_smoothed_loss(logits.bfloat16().float(), target, 0.1)[0].item(), rel=1e-6
+    )
 
 
 def test_fast_dropout_keeps_1_minus_p_and_rescales():

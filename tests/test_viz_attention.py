@@ -32,9 +32,12 @@ def test_weights_equal_reference_attention():
     """Recompute every head from each module's own inputs with attention_reference."""
     model = tiny_model()
     inputs: dict[torch.nn.Module, tuple] = {}
-    hooks = [m.register_forward_pre_hook(lambda mod, a, kw: inputs.__setitem__(mod, (a, kw)), with_kwargs=True)
-             for layer in [*model.encoder.layers, *model.decoder.layers]
-             for m in [layer.self_attn, getattr(layer, "cross_attn", None)] if m is not None]
+    hooks = [
+        m.register_forward_pre_hook(lambda mod, a, kw: inputs.__setitem__(mod, (a, kw)), with_kwargs=True)
+        for layer in [*model.encoder.layers, *model.decoder.layers]
+        for m in [layer.self_attn, getattr(layer, "cross_attn", None)]
+        if m is not None
+    ]
     src_ids, out_ids = [5, 9, 11, 7, 20], [6, 30, 12]
     enc, dec, cross = record_weights(model, src_ids, out_ids)
     for h in hooks:
@@ -72,23 +75,40 @@ def model_dir(tiny_model_dir) -> Path:
 @pytest.mark.parametrize("select", [["--layer", "1", "--head", "2"], ["--layer", "2"]])
 def test_cli_png(model_dir, tmp_path, select):
     out = tmp_path / "att.png"
-    assert main(["attention", "--model", str(model_dir), "A man rides a bike.", "--greedy", *select,
-                 "--out", str(out)]) == 0
+    assert (
+        main(["attention", "--model", str(model_dir), "A man rides a bike.", "--greedy", *select, "--out", str(out)])
+        == 0
+    )
     assert_png(out)
 
 
 def test_cli_html_and_weights(model_dir, tmp_path):
     html, npz, js = tmp_path / "a.html", tmp_path / "w.npz", tmp_path / "w.json"
-    assert main(["attention", "--model", str(model_dir), "A dog runs.", "--out", str(html),
-                 "--save-weights", str(npz)]) == 0
+    assert (
+        main(["attention", "--model", str(model_dir), "A dog runs.", "--out", str(html), "--save-weights", str(npz)])
+        == 0
+    )
     text = html.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>") and '<script id="data"' in text and "</html>" in text
     saved = np.load(npz)
     assert saved["encoder"].shape[:2] == (2, 4)
     assert list(saved["source"])[-1] == "</s>" and list(saved["target_in"])[0] == "<s>"
     assert saved["cross"].shape[-2:] == (len(saved["target_out"]), len(saved["source"]))
-    assert main(["attention", "--model", str(model_dir), "A dog runs.", "--out", str(tmp_path / "a.png"),
-                 "--save-weights", str(js)]) == 0
+    assert (
+        main(
+            [
+                "attention",
+                "--model",
+                str(model_dir),
+                "A dog runs.",
+                "--out",
+                str(tmp_path / "a.png"),
+                "--save-weights",
+                str(js),
+            ]
+        )
+        == 0
+    )
     loaded = json.loads(js.read_text())
     np.testing.assert_allclose(np.array(loaded["encoder"]), saved["encoder"], atol=1e-5)
 
@@ -104,8 +124,9 @@ def test_translator_returns_attention_with_its_translation(model_dir):
 
 
 def test_cli_errors(model_dir, tmp_path, capsys):
-    assert main(["attention", "--model", str(model_dir), "A dog.", "--layer", "9", "--out",
-                 str(tmp_path / "x.png")]) == 2
+    assert (
+        main(["attention", "--model", str(model_dir), "A dog.", "--layer", "9", "--out", str(tmp_path / "x.png")]) == 2
+    )
     assert "--layer 9" in capsys.readouterr().err
     assert main(["attention", "--model", str(model_dir), "A dog.", "--out", str(tmp_path / "x.jpg")]) == 2
     assert ".png or .html" in capsys.readouterr().err

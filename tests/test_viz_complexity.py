@@ -36,8 +36,12 @@ def test_flops_closed_forms():
     x = torch.randn(1, n, d)
     counted = {name: count_flops(fn, x) for name, (_, fn) in build_layers(d, r, k).items()}
     # multiply-adds x 2: Q Kᵀ and P V; two LSTM matrix products of 4d gates per step; k taps per output
-    assert counted == {"self_attention": 4 * n * n * d, "restricted": 4 * n * r * d,
-                       "recurrent": 2 * n * (2 * 4 * d * d), "convolution": 2 * k * n * d * d}
+    assert counted == {
+        "self_attention": 4 * n * n * d,
+        "restricted": 4 * n * r * d,
+        "recurrent": 2 * n * (2 * 4 * d * d),
+        "convolution": 2 * k * n * d * d,
+    }
 
 
 def test_flop_slopes_follow_table_1():
@@ -87,11 +91,35 @@ def test_path_length_rejects_degenerate_windows():
 
 def test_cli_writes_table_and_plot(tmp_path, capsys):
     out = tmp_path / "cx"
-    assert main(["complexity", "--d", "16", "--lengths", "8,16,32", "--ds", "8,16", "--n-for-d", "8",
-                 "--r", "4", "--repeats", "1", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "complexity",
+                "--d",
+                "16",
+                "--lengths",
+                "8,16,32",
+                "--ds",
+                "8,16",
+                "--n-for-d",
+                "8",
+                "--r",
+                "4",
+                "--repeats",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     table = capsys.readouterr().out
-    for row in ("| self-attention | O(n²·d) |", "| restricted | O(r·n·d) |", "| recurrent | O(n·d²) |",
-                "| convolution | O(k·n·d²) |"):
+    for row in (
+        "| self-attention | O(n²·d) |",
+        "| restricted | O(r·n·d) |",
+        "| recurrent | O(n·d²) |",
+        "| convolution | O(k·n·d²) |",
+    ):
         assert row in table
     assert "31 contiguous; 4 dilated" in table  # n = 32, k = 3
     assert (out / "table.md").read_text() in table

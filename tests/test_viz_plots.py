@@ -25,10 +25,15 @@ def plot(tmp_path, *args: str) -> bytes:
     return data
 
 
-@pytest.mark.parametrize("args", [["positions", "--d-model", "64", "--length", "50"],
-                                  ["schedule", "--steps", "2000"],
-                                  ["smoothing"],
-                                  ["masks", "--window", "3"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["positions", "--d-model", "64", "--length", "50"],
+        ["schedule", "--steps", "2000"],
+        ["smoothing"],
+        ["masks", "--window", "3"],
+    ],
+)
 def test_plots_are_written(tmp_path, args):
     plot(tmp_path, *args)
 
@@ -65,10 +70,21 @@ def test_masks_are_the_models():
 def test_curves_from_trainer_metrics(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    records = [{"kind": "train", "step": s, "time": 1000.0 + 2 * s, "loss": 9 - s / 100, "lr": 1e-3}
-               for s in range(50, 501, 50)]
-    records += [{"kind": "valid", "step": s, "time": 1000.0 + 2 * s + 1, "valid_loss": 8 - s / 200,
-                 "valid_ppl": math.exp(7 - s / 200), "valid_bleu": s / 50} for s in (250, 500)]
+    records = [
+        {"kind": "train", "step": s, "time": 1000.0 + 2 * s, "loss": 9 - s / 100, "lr": 1e-3}
+        for s in range(50, 501, 50)
+    ]
+    records += [
+        {
+            "kind": "valid",
+            "step": s,
+            "time": 1000.0 + 2 * s + 1,
+            "valid_loss": 8 - s / 200,
+            "valid_ppl": math.exp(7 - s / 200),
+            "valid_bleu": s / 50,
+        }
+        for s in (250, 500)
+    ]
     records.append({"kind": "end", "step": 500, "time": 2100.0, "reason": "max_steps"})
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     series = metric_series(read_metrics(run))

@@ -23,8 +23,7 @@ import sys
 from pathlib import Path
 
 LIBRARY = "libjemalloc.so.2"
-SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
-               "/usr/local/lib")
+SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 
 
 def find_jemalloc(environ: dict[str, str] | None = None) -> Path | None:
@@ -71,12 +70,16 @@ def choose(environ: dict[str, str] | None = None, cpuinfo: str | None = None) ->
     if named == "0":
         return None, "TRANSDUCE_JEMALLOC=0"
     if not named and not native_bf16_cpu(cpuinfo):
-        return None, ("the CPU has no native bf16, where glibc's malloc trained faster than jemalloc; "
-                      "TRANSDUCE_JEMALLOC=/path/libjemalloc.so.2 preloads one anyway")
+        return None, (
+            "the CPU has no native bf16, where glibc's malloc trained faster than jemalloc; "
+            "TRANSDUCE_JEMALLOC=/path/libjemalloc.so.2 preloads one anyway"
+        )
     library = find_jemalloc(env)
     if library is None:
-        return None, ("no libjemalloc.so.2 found; training runs faster with it here: `make setup` fetches it "
-                      "on Debian-like systems, or install libjemalloc2, or set TRANSDUCE_JEMALLOC=/path")
+        return None, (
+            "no libjemalloc.so.2 found; training runs faster with it here: `make setup` fetches it "
+            "on Debian-like systems, or install libjemalloc2, or set TRANSDUCE_JEMALLOC=/path"
+        )
     return library, ""
 
 
@@ -113,6 +116,9 @@ def describe() -> str:
         return "allocator: jemalloc"
     library, why = choose()
     if library is not None:
-        why = (f"{library} could not be preloaded" if os.environ.get("TRANSDUCE_JEMALLOC_TRIED") else
-               f"{library} is preloaded only when a training command runs as `transduce ...`")
+        why = (
+            f"{library} could not be preloaded"
+            if os.environ.get("TRANSDUCE_JEMALLOC_TRIED")
+            else f"{library} is preloaded only when a training command runs as `transduce ...`"
+        )
     return f"allocator: the C library's malloc ({why})"

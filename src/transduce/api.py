@@ -13,9 +13,15 @@ from .fastpaths import FastPaths, decoder_backend, decoder_for, log, requested_b
 from .modeldir import load_model_dir
 
 
-def load(model_dir: str | Path, device: str | torch.device = "cpu", dtype: str | None = None,
-         ensemble: list[str | Path] | tuple = (), native: bool | None = None,
-         channel: str | Path | None = None, backend: str = "auto") -> Translator:
+def load(
+    model_dir: str | Path,
+    device: str | torch.device = "cpu",
+    dtype: str | None = None,
+    ensemble: list[str | Path] | tuple = (),
+    native: bool | None = None,
+    channel: str | Path | None = None,
+    backend: str = "auto",
+) -> Translator:
     """Load a model directory (plus optional ``ensemble`` members) for translation.
 
     ``backend`` (:data:`transduce.fastpaths.BACKENDS`) chooses the decoding arithmetic; ``"auto"`` takes the

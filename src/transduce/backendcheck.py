@@ -55,8 +55,18 @@ def read_record(model_dir: str | Path) -> tuple[dict[str, Any] | None, str]:
     return record, ""
 
 
-def check(model_dir: str | Path, sources: list[str], refs: list[str], lang: str, data: str, beam: int = 4,
-          alpha: float = 0.6, batch_tokens: int = 4096, command: str = "", metric: str = "bleu") -> dict[str, Any]:
+def check(
+    model_dir: str | Path,
+    sources: list[str],
+    refs: list[str],
+    lang: str,
+    data: str,
+    beam: int = 4,
+    alpha: float = 0.6,
+    batch_tokens: int = 4096,
+    command: str = "",
+    metric: str = "bleu",
+) -> dict[str, Any]:
     """Decode ``sources`` with ``fp32`` and ``int8-native`` (1 thread: the batch-invariant setting), score
     both against ``refs``, and write the record into ``model_dir``; returns it. ``data`` names the sentences
     in the record; ``metric`` is "bleu" (sacreBLEU) or "tok_lc_bleu" (for lowercased data)."""
@@ -79,16 +89,28 @@ def check(model_dir: str | Path, sources: list[str], refs: list[str], lang: str,
             hyps = translator.translate(sources, beam=beam, alpha=alpha, batch_tokens=batch_tokens)
             seconds = time.perf_counter() - start
             result = score_translations(hyps, refs, lang)
-            scores[backend] = {"bleu": result["bleu"], "tok_lc_bleu": result["tok_lc_bleu"],
-                               "decode_s": round(seconds, 1)}
+            scores[backend] = {
+                "bleu": result["bleu"],
+                "tok_lc_bleu": result["tok_lc_bleu"],
+                "decode_s": round(seconds, 1),
+            }
     finally:
         torch.set_num_threads(threads)
-    record = {"candidate": CANDIDATE, "metric": metric,
-              "delta": round(scores[CANDIDATE][metric] - scores["fp32"][metric], 2),
-              "scores": scores, "data": data, "sentences": len(sources), "beam": beam, "alpha": alpha,
-              "threads": 1, "bleu_signature": result["bleu_signature"],
-              "weights_sha256": weights_digest(model_dir), "command": command,
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    record = {
+        "candidate": CANDIDATE,
+        "metric": metric,
+        "delta": round(scores[CANDIDATE][metric] - scores["fp32"][metric], 2),
+        "scores": scores,
+        "data": data,
+        "sentences": len(sources),
+        "beam": beam,
+        "alpha": alpha,
+        "threads": 1,
+        "bleu_signature": result["bleu_signature"],
+        "weights_sha256": weights_digest(model_dir),
+        "command": command,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     path = Path(model_dir) / RECORD
     tmp = path.with_name(f".{RECORD}.tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
@@ -102,8 +124,10 @@ def summary(record: dict[str, Any]) -> str:
 
     m, s = record["metric"], record["scores"]
     verdict = "auto uses it" if record["delta"] >= -TOLERANCE else f"more than {TOLERANCE} below: auto stays on fp32"
-    return (f"{m} fp32 {s['fp32'][m]:.2f}, {record['candidate']} {s[record['candidate']][m]:.2f} "
-            f"({record['delta']:+.2f}; {verdict}) on {record['sentences']} sentences of {record['data']}")
+    return (
+        f"{m} fp32 {s['fp32'][m]:.2f}, {record['candidate']} {s[record['candidate']][m]:.2f} "
+        f"({record['delta']:+.2f}; {verdict}) on {record['sentences']} sentences of {record['data']}"
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -115,8 +139,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lang", help="target language (default: the model's tgt_lang)")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--alpha", type=float, default=0.6)
-    p.add_argument("--metric", choices=("bleu", "tok_lc_bleu"), default="bleu",
-                   help="the score compared: sacreBLEU, or tokenised lowercased BLEU for lowercased data")
+    p.add_argument(
+        "--metric",
+        choices=("bleu", "tok_lc_bleu"),
+        default="bleu",
+        help="the score compared: sacreBLEU, or tokenised lowercased BLEU for lowercased data",
+    )
 
 
 def run(args) -> int:

@@ -14,8 +14,15 @@ import warnings
 from pathlib import Path
 
 
-def build(name: str, source: Path, what: str, fallback: str, headers: tuple[Path, ...] = (),
-          flags: tuple[str, ...] = ("-O3", "-ffast-math"), ldflags: tuple[str, ...] = ()):
+def build(
+    name: str,
+    source: Path,
+    what: str,
+    fallback: str,
+    headers: tuple[Path, ...] = (),
+    flags: tuple[str, ...] = ("-O3", "-ffast-math"),
+    ldflags: tuple[str, ...] = (),
+):
     """The extension ``name`` compiled from ``source`` (which includes ``headers``) with ``flags``, or None,
     with a warning naming ``what`` could not be built and the ``fallback`` that runs instead.
 
@@ -27,11 +34,18 @@ def build(name: str, source: Path, what: str, fallback: str, headers: tuple[Path
     arch = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
     digest = hashlib.sha1(b"".join(h.read_bytes() for h in headers)).hexdigest()[:12]
     try:
-        return cpp_extension.load(name=name, sources=[str(source)],
-                                  extra_cflags=[*flags, *arch, f"-DTRANSDUCE_HEADERS={digest}"],
-                                  extra_ldflags=list(ldflags) or None, verbose=False)
+        return cpp_extension.load(
+            name=name,
+            sources=[str(source)],
+            extra_cflags=[*flags, *arch, f"-DTRANSDUCE_HEADERS={digest}"],
+            extra_ldflags=list(ldflags) or None,
+            verbose=False,
+        )
     except Exception as err:  # no compiler, no headers
         first = str(err).splitlines()[0] if str(err) else ""
-        warnings.warn(f"transduce: {what} could not be built ({type(err).__name__}: {first}); {fallback}",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"transduce: {what} could not be built ({type(err).__name__}: {first}); {fallback}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return None

@@ -69,17 +69,25 @@ def run(args: argparse.Namespace) -> int:
 
     print(f"\n{results_table(results)}\n")
     m = results["machine"]
-    print(f"demo finished in {time.perf_counter() - start:.0f} s ({results['train_wall_s']:.0f} s training, "
-          f"{results['train'].get('step', '?')} updates; {m['cpu']}, {results.get('train_processes', 1)} process(es) x "
-          f"{results['train_threads']} training thread(s), "
-          f"{results['dtype']})")
+    print(
+        f"demo finished in {time.perf_counter() - start:.0f} s ({results['train_wall_s']:.0f} s training, "
+        f"{results['train'].get('step', '?')} updates; {m['cpu']}, {results.get('train_processes', 1)} process(es) x "
+        f"{results['train_threads']} training thread(s), "
+        f"{results['dtype']})"
+    )
     print(f"  model directory : {results['model']}")
-    print(f"  metrics         : {out / 'results.json'}, {out / 'run' / 'metrics.jsonl'}, "
-          f"TensorBoard: {out / 'run' / 'tensorboard'}")
+    print(
+        f"  metrics         : {out / 'results.json'}, {out / 'run' / 'metrics.jsonl'}, "
+        f"TensorBoard: {out / 'run' / 'tensorboard'}"
+    )
     print(f"  attention       : {heatmap}, {page} (open it in a browser: pick layer and head)")
     tgt = translator.meta.get("tgt_lang") or "out"
-    print("\n".join(["", "Use the model:"] + next_commands(results["model"], sample, out, tgt,
-                                                                     translator.meta.get("src_lang") or "en")))
+    print(
+        "\n".join(
+            ["", "Use the model:"]
+            + next_commands(results["model"], sample, out, tgt, translator.meta.get("src_lang") or "en")
+        )
+    )
     return 0
 
 

@@ -46,15 +46,18 @@ def score_translations(hyps: list[str], refs: list[str], lang: str) -> dict:
     t = tok_bleu.corpus_score(moses_lower(hyps, lang), [moses_lower(refs, lang)])
     return {
         "sentences": len(hyps),
-        "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()), "bleu_detail": str(b),
-        "chrf": round(c.score, 2), "chrf_signature": str(chrf.get_signature()),
-        "tok_lc_bleu": round(t.score, 2), "tok_lc_bleu_detail": str(t),
+        "bleu": round(b.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "bleu_detail": str(b),
+        "chrf": round(c.score, 2),
+        "chrf_signature": str(chrf.get_signature()),
+        "tok_lc_bleu": round(t.score, 2),
+        "tok_lc_bleu_detail": str(t),
         "tok_lc_bleu_note": f"sacremoses-tokenised ({lang}), lowercased BLEU-4 (Multi30k papers' figure)",
     }
 
 
-def evaluate_model(translator, sources: list[str], refs: list[str], lang: str | None = None,
-                   **decode) -> dict:
+def evaluate_model(translator, sources: list[str], refs: list[str], lang: str | None = None, **decode) -> dict:
     """Translate ``sources`` with ``translator`` (decode options as in ``Translator.translate``)
     and score against ``refs``; adds reference perplexity. For the trainer and recipes."""
     if len(sources) != len(refs):
@@ -68,8 +71,11 @@ def evaluate_model(translator, sources: list[str], refs: list[str], lang: str | 
 def score_outputs(translator, hyps: list[str], sources: list[str], refs: list[str], lang: str) -> dict:
     """:func:`score_translations` of ``hyps`` (``translator``'s outputs for ``sources``) plus the
     reference perplexity under its model; the hypotheses are kept under ``"hypotheses"``."""
-    return {**score_translations(hyps, refs, lang), **reference_perplexity(translator, sources, refs),
-            "hypotheses": hyps}
+    return {
+        **score_translations(hyps, refs, lang),
+        **reference_perplexity(translator, sources, refs),
+        "hypotheses": hyps,
+    }
 
 
 def reference_perplexity(translator, sources: list[str], refs: list[str]) -> dict:
@@ -122,9 +128,19 @@ def run(args) -> int:
             raise ValueError(f"{args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
         translator = load(args.model, args.device, channel=args.channel, backend=backend_from_args(args))
         print(f"transduce evaluate: {translator.fast_paths.line()}", file=sys.stderr)
-        result = evaluate_model(translator, src, refs, args.lang, beam=args.beam, alpha=args.alpha,
-                                max_len_a=args.max_len_a, max_len_b=args.max_len_b, batch_tokens=args.batch_tokens,
-                                mbr=mbr.from_args(args), rerank=rerank.from_args(args))
+        result = evaluate_model(
+            translator,
+            src,
+            refs,
+            args.lang,
+            beam=args.beam,
+            alpha=args.alpha,
+            max_len_a=args.max_len_a,
+            max_len_b=args.max_len_b,
+            batch_tokens=args.batch_tokens,
+            mbr=mbr.from_args(args),
+            rerank=rerank.from_args(args),
+        )
         hyps = result.pop("hypotheses")
         if args.output:
             Path(args.output).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")

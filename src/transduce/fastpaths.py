@@ -70,8 +70,9 @@ class FastPaths:
 
     def line(self) -> str:
         """The one log line: ``fast paths: part=name (why); ...``."""
-        return "fast paths: " + "; ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                                          if getattr(self, f.name) is not None)
+        return "fast paths: " + "; ".join(
+            f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) is not None
+        )
 
 
 # ----------------------------------------------------------------------------- training
@@ -86,7 +87,7 @@ def allocator_choice() -> Choice:
 
 
 def _native_kernel(key: str, asked: str, device, extension, what: str) -> Choice:
-    """"native" or "tensor" for a C++ training kernel: ``asked`` is the config's "auto", "native" or "tensor"."""
+    """ "native" or "tensor" for a C++ training kernel: ``asked`` is the config's "auto", "native" or "tensor"."""
     if asked == "tensor":
         return Choice("tensor", f"train.{key} = 'tensor'")
     if device.type != "cpu":
@@ -97,8 +98,9 @@ def _native_kernel(key: str, asked: str, device, extension, what: str) -> Choice
         if asked == "native":
             raise ConfigError(f"key '{key}': the C++ {what} could not be built (see the warning above)")
         return Choice("tensor", f"the C++ {what} could not be built (see the warning above)")
-    return Choice("native", f"C++ {what} on CPU" + ("" if asked == "native" else f"; train.{key} = 'tensor' for "
-                                                                                    "the tensor ops"))
+    return Choice(
+        "native", f"C++ {what} on CPU" + ("" if asked == "native" else f"; train.{key} = 'tensor' for the tensor ops")
+    )
 
 
 def attention_choice(name: str, device) -> Choice:
@@ -138,8 +140,11 @@ def requested_backend(backend: str = "auto", dtype: str | None = None, native: b
         raise ValueError(f"give either backend ({backend!r}) or dtype/native, not both")
     name = f"{dtype or 'fp32'}{'-native' if native else ''}"
     if name not in BACKENDS:
-        raise ValueError(f"dtype must be one of fp32, bf16, fp16, int8, got {dtype!r}" if dtype not in
-                         ("fp32", "bf16", "fp16", "int8") else f"dtype {dtype} has no C++ step (no {name} backend)")
+        raise ValueError(
+            f"dtype must be one of fp32, bf16, fp16, int8, got {dtype!r}"
+            if dtype not in ("fp32", "bf16", "fp16", "int8")
+            else f"dtype {dtype} has no C++ step (no {name} backend)"
+        )
     return name
 
 
@@ -160,14 +165,18 @@ def decoder_backend(model, model_dir: str | Path, device, backend: str = "auto",
         return Choice("fp32", f"auto: {why}; exact fp32 until then")
     delta = record["delta"]
     if delta < -TOLERANCE:
-        return Choice("fp32", f"auto: {FASTEST} scored {-delta:.2f} BLEU below fp32 in backends.json, more than "
-                              f"{TOLERANCE}")
+        return Choice(
+            "fp32", f"auto: {FASTEST} scored {-delta:.2f} BLEU below fp32 in backends.json, more than {TOLERANCE}"
+        )
     if (unsupported := native.supports(model)) is not None:
         return Choice("fp32", f"auto: the C++ step does not cover this model ({unsupported})")
     if native.extension() is None:
         return Choice("fp32", "auto: the C++ step could not be built (see the warning above)")
-    return Choice(FASTEST, f"auto: {delta:+.2f} BLEU against fp32 on {record['sentences']} sentences of "
-                           f"{record['data']} (backends.json; --backend fp32 for exact fp32)")
+    return Choice(
+        FASTEST,
+        f"auto: {delta:+.2f} BLEU against fp32 on {record['sentences']} sentences of "
+        f"{record['data']} (backends.json; --backend fp32 for exact fp32)",
+    )
 
 
 def decoder_for(model, choice: Choice, device) -> tuple[Any, Choice]:
@@ -188,7 +197,8 @@ def decoder_for(model, choice: Choice, device) -> tuple[Any, Choice]:
     fast = native.native_step(base, int8=int8) if why is None else None
     if fast is None:
         why = why or "the C++ step could not be built"
-        warnings.warn(f"backend {choice.name} not used ({why}); decoding with the Python step", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(
+            f"backend {choice.name} not used ({why}); decoding with the Python step", RuntimeWarning, stacklevel=3
+        )
         return for_decoding(model, dtype, device), Choice(dtype, f"{choice.name} asked for, not available: {why}")
     return fast, choice

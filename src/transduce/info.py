@@ -9,8 +9,12 @@ from .model import PRESETS, ModelConfig, Transformer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("preset", nargs="?", default="paper-base",
-                   help=f"a preset ({', '.join(PRESETS)}) or a TOML file with a [model] table")
+    p.add_argument(
+        "preset",
+        nargs="?",
+        default="paper-base",
+        help=f"a preset ({', '.join(PRESETS)}) or a TOML file with a [model] table",
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a model key")
 
 
@@ -23,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
     model = Transformer(cfg)
     embeddings = sum(p.numel() for n, p in model.named_parameters() if "token" in n)
     print(cfg.to_toml())
-    print(f"# parameters: {model.num_parameters():,} ({model.num_parameters() / 1e6:.1f}M), "
-          f"of which embeddings {embeddings:,}")
+    print(
+        f"# parameters: {model.num_parameters():,} ({model.num_parameters() / 1e6:.1f}M), "
+        f"of which embeddings {embeddings:,}"
+    )
     return 0

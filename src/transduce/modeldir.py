@@ -54,12 +54,12 @@ def tied_groups(model: torch.nn.Module) -> list[list[str]]:
 def save_weights(model: torch.nn.Module, path: str | Path) -> None:
     """Safetensors with each tied tensor stored once, under its first name: byte-identical for equal weights."""
     state = model.state_dict()
-    save_file({group[0]: state[group[0]].contiguous() for group in tied_groups(model)}, str(path),
-              metadata={"format": "pt"})
+    save_file(
+        {group[0]: state[group[0]].contiguous() for group in tied_groups(model)}, str(path), metadata={"format": "pt"}
+    )
 
 
-def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.device = "cpu",
-                 fix: str = FIX) -> None:
+def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.device = "cpu", fix: str = FIX) -> None:
     """Load :func:`save_weights` output (or any file naming each tied group once) into ``model``.
 
     Raises :class:`ConfigError` naming the file if it is unreadable (``fix`` says what to do then), or a tensor
@@ -79,13 +79,19 @@ def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.d
         raise ConfigError(f"{path}: unexpected tensors {unexpected} (a different model config?)")
     for name, tensor in found.items():
         if tensor.shape != state[name].shape:
-            raise ConfigError(f"{path}: tensor {name!r} has shape {tuple(tensor.shape)}, "
-                              f"the config needs {tuple(state[name].shape)}")
+            raise ConfigError(
+                f"{path}: tensor {name!r} has shape {tuple(tensor.shape)}, the config needs {tuple(state[name].shape)}"
+            )
     model.load_state_dict(found, strict=False)
 
 
-def save_model_dir(directory: str | Path, model: Transformer, vocabs: Vocabs, meta: dict[str, Any] | None = None,
-                   state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+def save_model_dir(
+    directory: str | Path,
+    model: Transformer,
+    vocabs: Vocabs,
+    meta: dict[str, Any] | None = None,
+    state_dict: dict[str, torch.Tensor] | None = None,
+) -> Path:
     """Write ``model`` (or ``state_dict`` loaded into a copy of it) atomically to ``directory``."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -124,8 +130,9 @@ def read_model_config(directory: str | Path) -> tuple[ModelConfig, dict[str, Any
     return ModelConfig.from_dict(data["model"], where=f"{path} [model]"), data.get("meta", {})
 
 
-def load_model_dir(directory: str | Path, device: str | torch.device = "cpu"
-                   ) -> tuple[Transformer, Vocabs, dict[str, Any]]:
+def load_model_dir(
+    directory: str | Path, device: str | torch.device = "cpu"
+) -> tuple[Transformer, Vocabs, dict[str, Any]]:
     """Load a model directory; returns (model in eval mode, vocabularies, meta)."""
     directory = Path(directory)
     config, meta = read_model_config(directory)

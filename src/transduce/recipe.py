@@ -69,8 +69,18 @@ class PrepareSection:
         check(self.vocab_size >= 8, "vocab_size", f"must be at least 8, got {self.vocab_size}")
 
     def argv(self, out: Path) -> list[str]:
-        argv = ["prepare", self.corpus, "--src", self.src, "--tgt", self.tgt, "--out", str(out),
-                "--vocab-size", str(self.vocab_size)]
+        argv = [
+            "prepare",
+            self.corpus,
+            "--src",
+            self.src,
+            "--tgt",
+            self.tgt,
+            "--out",
+            str(out),
+            "--vocab-size",
+            str(self.vocab_size),
+        ]
         if self.raw:
             argv += ["--raw", self.raw]
         if self.download:
@@ -79,8 +89,10 @@ class PrepareSection:
             argv += ["--cache-dir", self.cache_dir]
         if self.vocab_from:
             argv += ["--vocab-from", self.vocab_from]
-        for flag, value in (("--max-tokens-per-sentence", self.max_tokens_per_sentence),
-                            ("--max-ratio", self.max_ratio)):
+        for flag, value in (
+            ("--max-tokens-per-sentence", self.max_tokens_per_sentence),
+            ("--max-ratio", self.max_ratio),
+        ):
             if value is not None:
                 argv += [flag, str(value)]
         argv += ["--separate-vocab"] * self.separate_vocab + ["--dedup"] * self.dedup + ["--lowercase"] * self.lowercase
@@ -93,8 +105,11 @@ class AverageSection:
 
     def __post_init__(self) -> None:
         lasts = self.last if isinstance(self.last, list) else [self.last]
-        check(len(lasts) > 0 and all(type(n) is int and n >= 0 for n in lasts), "last",
-              f"must be a non-negative number (0 = no averaging) or a non-empty list of them, got {self.last}")
+        check(
+            len(lasts) > 0 and all(type(n) is int and n >= 0 for n in lasts),
+            "last",
+            f"must be a non-negative number (0 = no averaging) or a non-empty list of them, got {self.last}",
+        )
         check(len(set(lasts)) == len(lasts), "last", f"lists a window twice: {self.last}")
         self.lasts = lasts
 
@@ -114,14 +129,16 @@ class EvaluateSection:
         check(self.device in ("cpu", "cuda", "auto"), "device", f"must be cpu, cuda or auto, got {self.device!r}")
         check(self.beam >= 1, "beam", f"must be at least 1, got {self.beam}")
         alphas = self.alpha if isinstance(self.alpha, list) else [self.alpha]
-        check(len(alphas) > 0 and all(a >= 0 for a in alphas), "alpha",
-              f"must be a non-negative number or a non-empty list of them, got {self.alpha}")
+        check(
+            len(alphas) > 0 and all(a >= 0 for a in alphas),
+            "alpha",
+            f"must be a non-negative number or a non-empty list of them, got {self.alpha}",
+        )
         self.alphas = [float(a) for a in alphas]
         check(self.dtype in DTYPES, "dtype", f"must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
 
 
-SECTIONS = {"recipe": RecipeSection, "prepare": PrepareSection, "average": AverageSection,
-            "evaluate": EvaluateSection}
+SECTIONS = {"recipe": RecipeSection, "prepare": PrepareSection, "average": AverageSection, "evaluate": EvaluateSection}
 PASSED_ON = ("train", "model")  # validated by `transduce train`
 
 
@@ -168,8 +185,7 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
 
 def write_train_config(recipe: Recipe) -> Path:
     """RECIPE_OUT/train.toml: the [train] and [model] tables with the recipe's paths and seed."""
-    train = {"seed": recipe.recipe.seed, **recipe.train, "data": str(recipe.data_dir),
-             "out": str(recipe.out / "run")}
+    train = {"seed": recipe.recipe.seed, **recipe.train, "data": str(recipe.data_dir), "out": str(recipe.out / "run")}
     path = recipe.out / "train.toml"
     path.write_text(to_toml_text({"train": train, "model": recipe.model}))
     return path
@@ -191,9 +207,13 @@ def run_recipe(recipe: Recipe, resume: bool = False, evaluate_only: bool = False
     """Run the recipe; ``evaluate_only`` re-runs only averaging and evaluation on a finished run (for
     other [evaluate] settings), keeping the training figures of its results.json."""
     recipe.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"recipe": str(recipe.path), "machine": machine(), "seed": recipe.recipe.seed,
-                               "train_threads": recipe.train.get("threads", torch.get_num_threads()),
-                               "train_processes": recipe.recipe.processes}
+    results: dict[str, Any] = {
+        "recipe": str(recipe.path),
+        "machine": machine(),
+        "seed": recipe.recipe.seed,
+        "train_threads": recipe.train.get("threads", torch.get_num_threads()),
+        "train_processes": recipe.recipe.processes,
+    }
     if evaluate_only:
         previous = recipe.out / "results.json"
         if not previous.is_file():
@@ -218,10 +238,19 @@ def _train(recipe: Recipe, resume: bool, results: dict[str, Any]) -> None:
     train_toml = write_train_config(recipe)
     argv = ["train", str(train_toml)] + (["--resume"] if resume else [])
     n = recipe.recipe.processes
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-                "-m", "transduce"]
-    _stage("train", " ".join((["torchrun", "--standalone", f"--nproc_per_node={n}", "-m"] if n > 1 else [])
-                             + ["transduce", *argv]))
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={n}",
+        "-m",
+        "transduce",
+    ]
+    _stage(
+        "train",
+        " ".join((["torchrun", "--standalone", f"--nproc_per_node={n}", "-m"] if n > 1 else []) + ["transduce", *argv]),
+    )
     start = time.perf_counter()
     status = subprocess.run(launcher + argv).returncode if n > 1 else cli(argv)
     if status != 0:
@@ -284,13 +313,22 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
         results["alpha_sweep_valid_bleu"] = sweeps
     for split in ev.test_splits:
         _stage("evaluate", f"{chosen} model on {split}")
-        scores[chosen][split] = {**_score(evaluate_model, translators[chosen], data, split, decode,
-                                          recipe.out / f"{split}.hyp"), "alpha": decode["alpha"]}
+        scores[chosen][split] = {
+            **_score(evaluate_model, translators[chosen], data, split, decode, recipe.out / f"{split}.hyp"),
+            "alpha": decode["alpha"],
+        }
     target = recipe.out / "model"
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(candidates[chosen], target)
-    results.update({"chosen": chosen, "model": str(target), "scores": scores, "decode": decode,
-                    "dtype": results.get("dtype", recipe.train.get("dtype", "fp32"))})
+    results.update(
+        {
+            "chosen": chosen,
+            "model": str(target),
+            "scores": scores,
+            "decode": decode,
+            "dtype": results.get("dtype", recipe.train.get("dtype", "fp32")),
+        }
+    )
     results["backends"] = _check_backends(recipe, target, device, decode, metric)
 
 
@@ -303,16 +341,27 @@ def _check_backends(recipe: Recipe, model_dir: Path, device: str, decode: dict, 
     if device != "cpu":
         return f"not checked: decoded on {device}, int8 is for CPUs"
     ev, data_dir = recipe.evaluate, recipe.data_dir
-    command = (f"transduce check-backends {model_dir} --data {data_dir} --split {ev.valid_split} "
-               f"--beam {ev.beam} --alpha {decode['alpha']} --metric {metric}")
+    command = (
+        f"transduce check-backends {model_dir} --data {data_dir} --split {ev.valid_split} "
+        f"--beam {ev.beam} --alpha {decode['alpha']} --metric {metric}"
+    )
     _stage("check-backends", command)
     from .data import PreparedData
 
     data = PreparedData.open(data_dir)
     sources, refs = _texts(data, ev.valid_split)
     try:
-        record = check(model_dir, sources, refs, data.manifest["tgt_lang"], f"{data_dir} {ev.valid_split}",
-                       ev.beam, decode["alpha"], command=command, metric=metric)
+        record = check(
+            model_dir,
+            sources,
+            refs,
+            data.manifest["tgt_lang"],
+            f"{data_dir} {ev.valid_split}",
+            ev.beam,
+            decode["alpha"],
+            command=command,
+            metric=metric,
+        )
     except RuntimeError as e:  # the C++ step cannot run here: the model stays on fp32 by default
         print(f"check-backends: {e}")
         return f"not checked: {e}"
@@ -353,12 +402,16 @@ def _stage(name: str, what: str) -> None:
 
 
 def results_table(results: dict[str, Any]) -> str:
-    rows = ["| model | split | α | tok-lc BLEU | sacreBLEU | chrF | ref. ppl | decode s |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| model | split | α | tok-lc BLEU | sacreBLEU | chrF | ref. ppl | decode s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, splits in results["scores"].items():
         for split, s in splits.items():
-            rows.append(f"| {name} | {split} | {s['alpha']} | {s['tok_lc_bleu']:.2f} | {s['bleu']:.2f} | {s['chrf']:.2f} | "
-                        f"{s.get('ref_perplexity', float('nan')):.2f} | {s['decode_wall_s']} |")
+            rows.append(
+                f"| {name} | {split} | {s['alpha']} | {s['tok_lc_bleu']:.2f} | {s['bleu']:.2f} | {s['chrf']:.2f} | "
+                f"{s.get('ref_perplexity', float('nan')):.2f} | {s['decode_wall_s']} |"
+            )
     return "\n".join(rows)
 
 
@@ -366,8 +419,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", type=Path, help="a recipe TOML file (see configs/)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a key")
     p.add_argument("--resume", action="store_true", help="continue the run's training from its last checkpoint")
-    p.add_argument("--evaluate-only", action="store_true",
-                   help="a finished run: average and evaluate again (e.g. with other [evaluate] settings)")
+    p.add_argument(
+        "--evaluate-only",
+        action="store_true",
+        help="a finished run: average and evaluate again (e.g. with other [evaluate] settings)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -376,14 +432,13 @@ def run(args: argparse.Namespace) -> int:
     m = results["machine"]
     print(f"\n{results_table(results)}\n")
     by = "tok-lc BLEU" if results.get("chosen_by") == "tok_lc_bleu" else "sacreBLEU"
-    print(f"chosen on {recipe.evaluate.valid_split} {by}: {results['chosen']}; training {results['train_wall_s']} s "
-          f"wall-clock, {results['train'].get('step', '?')} updates; {m['cpu']}, {results['train_processes']} "
-          f"process(es) x {results['train_threads']} training thread(s), "
-          f"{results['dtype']}, seed {results['seed']}")
+    print(
+        f"chosen on {recipe.evaluate.valid_split} {by}: {results['chosen']}; training {results['train_wall_s']} s "
+        f"wall-clock, {results['train'].get('step', '?')} updates; {m['cpu']}, {results['train_processes']} "
+        f"process(es) x {results['train_threads']} training thread(s), "
+        f"{results['dtype']}, seed {results['seed']}"
+    )
     print(f"model: {results['model']}   results: {recipe.out / 'results.json'}")
     sig = next(iter(next(iter(results["scores"].values())).values()))
     print(f"sacreBLEU signature: {sig['bleu_signature']}")
     return 0
-
-
-

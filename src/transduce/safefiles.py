@@ -50,8 +50,10 @@ def _is_torch_zip(path: Path) -> bool:
 def refuse_pickle(path: Path, head: bytes, fix: str) -> None:
     """Raise if ``head`` (a file's first bytes) is a pickle or a torch.save zip: loading it would run code."""
     if head[:2] in PICKLE_MAGIC or (head.startswith(ZIP_MAGIC) and _is_torch_zip(path)):
-        raise BadFileError(f"{path}: is a Python pickle (torch.save output), which can run code when loaded; "
-                           f"transduce never loads pickles: {fix}")
+        raise BadFileError(
+            f"{path}: is a Python pickle (torch.save output), which can run code when loaded; "
+            f"transduce never loads pickles: {fix}"
+        )
 
 
 def read_safetensors(path: str | Path, fix: str, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
@@ -64,12 +66,15 @@ def read_safetensors(path: str | Path, fix: str, device: str | torch.device = "c
     refuse_pickle(path, head, fix)
     size = path.stat().st_size
     if size < 8:
-        raise BadFileError(f"{path}: truncated ({size} bytes; a safetensors file starts with an 8-byte header "
-                           f"length): {fix}")
+        raise BadFileError(
+            f"{path}: truncated ({size} bytes; a safetensors file starts with an 8-byte header length): {fix}"
+        )
     header = int.from_bytes(head, "little")
     if header > size - 8:
-        raise BadFileError(f"{path}: truncated or not a safetensors file (its header claims {header:,} bytes, "
-                           f"the file has {size:,}): {fix}")
+        raise BadFileError(
+            f"{path}: truncated or not a safetensors file (its header claims {header:,} bytes, "
+            f"the file has {size:,}): {fix}"
+        )
     try:
         with open(path, "rb") as f:
             f.seek(8)
@@ -78,8 +83,10 @@ def read_safetensors(path: str | Path, fix: str, device: str | torch.device = "c
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, KeyError, TypeError, IndexError) as e:
         raise BadFileError(f"{path}: corrupted safetensors header ({e}): {fix}") from None
     if 8 + header + end > size:
-        raise BadFileError(f"{path}: truncated (its header lists {end:,} bytes of tensors, the file holds "
-                           f"{size - 8 - header:,}): {fix}")
+        raise BadFileError(
+            f"{path}: truncated (its header lists {end:,} bytes of tensors, the file holds "
+            f"{size - 8 - header:,}): {fix}"
+        )
     try:
         return load_file(str(path), device=str(device))
     except (SafetensorError, ValueError, RuntimeError, OSError) as e:
@@ -100,8 +107,10 @@ def read_npz(path: str | Path, fix: str) -> dict[str, np.ndarray]:
             return {name: archive[name] for name in archive.files}
     except ValueError as e:
         if "allow_pickle" in str(e):
-            raise BadFileError(f"{path}: holds pickled Python objects, which can run code when loaded; transduce "
-                               f"reads numeric arrays only: {fix}") from None
+            raise BadFileError(
+                f"{path}: holds pickled Python objects, which can run code when loaded; transduce "
+                f"reads numeric arrays only: {fix}"
+            ) from None
         raise BadFileError(f"{path}: corrupted .npz archive ({e}): {fix}") from None
     except (zipfile.BadZipFile, EOFError, OSError, KeyError) as e:
         raise BadFileError(f"{path}: truncated or corrupted .npz archive ({e}): {fix}") from None

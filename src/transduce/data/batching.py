@@ -51,8 +51,15 @@ class Batch:
 class TokenBatches:
     """Batches of one split for one rank; ``len()`` is the number of batches per rank per epoch."""
 
-    def __init__(self, split: ParallelIds, max_tokens: int = DEFAULT_MAX_TOKENS, seed: int = 1,
-                 shuffle: bool = True, rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        split: ParallelIds,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        seed: int = 1,
+        shuffle: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1} (world_size {world_size})")
         self.split, self.max_tokens, self.seed, self.shuffle = split, max_tokens, seed, shuffle
@@ -62,8 +69,10 @@ class TokenBatches:
         self.width = np.maximum(self.src_len, self.tgt_len)  # (N,)
         if len(split) and self.width.max() > max_tokens:
             i = int(self.width.argmax())
-            raise ValueError(f"split {split.name!r}, sentence {i}: needs {int(self.width[i])} tokens, more than "
-                             f"max_tokens={max_tokens}; raise max_tokens or prepare with --max-tokens-per-sentence")
+            raise ValueError(
+                f"split {split.name!r}, sentence {i}: needs {int(self.width[i])} tokens, more than "
+                f"max_tokens={max_tokens}; raise max_tokens or prepare with --max-tokens-per-sentence"
+            )
         if len(split) < world_size:
             raise ValueError(f"split {split.name!r} has {len(split)} sentences, fewer than {world_size} ranks")
         self._count = len(self._plan(0)) // world_size
@@ -86,17 +95,19 @@ class TokenBatches:
         while len(batches) % self.world_size:
             big = max(range(len(batches)), key=lambda b: len(batches[b]))
             if len(batches[big]) < 2:
-                raise ValueError(f"split {self.split.name!r}: cannot make {len(batches)} one-sentence batches "
-                                 f"a multiple of {self.world_size} ranks; raise max_tokens")
+                raise ValueError(
+                    f"split {self.split.name!r}: cannot make {len(batches)} one-sentence batches "
+                    f"a multiple of {self.world_size} ranks; raise max_tokens"
+                )
             half = len(batches[big]) // 2
-            batches[big:big + 1] = [batches[big][:half], batches[big][half:]]
+            batches[big : big + 1] = [batches[big][:half], batches[big][half:]]
         if self.shuffle:
             batches = [batches[b] for b in rng.permutation(len(batches))]
         return batches
 
     def indices(self, epoch: int) -> list[np.ndarray]:
         """This rank's batches of ``epoch`` as sentence-index arrays."""
-        return self._plan(epoch)[self.rank::self.world_size]
+        return self._plan(epoch)[self.rank :: self.world_size]
 
     def epoch(self, epoch: int, start: int = 0) -> list[Batch]:
         """This rank's batches of ``epoch``, from batch ``start`` on (to resume inside an epoch)."""
@@ -107,8 +118,13 @@ class TokenBatches:
         idx = np.sort(idx)
         src = _padded(self.split.src, idx, bos=False)  # (B, S)
         tgt = _padded(self.split.tgt, idx, bos=True)  # (B, T)
-        return Batch(torch.from_numpy(src), torch.from_numpy(tgt), torch.from_numpy(idx.astype(np.int64)),
-                     int(self.src_len[idx].sum()), int(self.tgt_len[idx].sum() - len(idx)))
+        return Batch(
+            torch.from_numpy(src),
+            torch.from_numpy(tgt),
+            torch.from_numpy(idx.astype(np.int64)),
+            int(self.src_len[idx].sum()),
+            int(self.tgt_len[idx].sum() - len(idx)),
+        )
 
     def padding_fraction(self, epoch: int = 0) -> float:
         """Share of padding in all ranks' ``src`` and ``tgt`` tensors of ``epoch`` (0 = none)."""

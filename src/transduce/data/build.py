@@ -52,14 +52,23 @@ def described_settings(settings: BuildSettings) -> dict[str, Any]:
     else:  # the vocabulary's content, so that a changed model directory rebuilds
         described.update(vocab_size=None, separate_vocab=None, lowercase=None)
         files = sorted((Path(settings.vocab_from) / "vocab").iterdir())
-        described["vocab_from"] = {"path": str(settings.vocab_from),
-                                   "sha256": {p.name: file_sha256(p) for p in files if p.is_file()}}
+        described["vocab_from"] = {
+            "path": str(settings.vocab_from),
+            "sha256": {p.name: file_sha256(p) for p in files if p.is_file()},
+        }
     return described
 
 
 def corpus_key(corpus: Corpus, settings: BuildSettings) -> str:
-    described = {"format": FORMAT, "corpus": corpus.name, "src_lang": corpus.src_lang, "tgt_lang": corpus.tgt_lang,
-                 "inputs": corpus.inputs, "info": corpus.info, "settings": described_settings(settings)}
+    described = {
+        "format": FORMAT,
+        "corpus": corpus.name,
+        "src_lang": corpus.src_lang,
+        "tgt_lang": corpus.tgt_lang,
+        "inputs": corpus.inputs,
+        "info": corpus.info,
+        "settings": described_settings(settings),
+    }
     return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()
 
 
@@ -103,8 +112,10 @@ def train_vocabs(train: SplitText, settings: BuildSettings) -> Vocabs:
 
         return load_vocabs(Path(settings.vocab_from) / "vocab")
     if settings.separate_vocab:
-        return Vocabs(Vocab.train(train.src, settings.vocab_size, settings.lowercase),
-                      Vocab.train(train.tgt, settings.vocab_size, settings.lowercase))
+        return Vocabs(
+            Vocab.train(train.src, settings.vocab_size, settings.lowercase),
+            Vocab.train(train.tgt, settings.vocab_size, settings.lowercase),
+        )
     shared = Vocab.train(train.src + train.tgt, settings.vocab_size, settings.lowercase)
     return Vocabs(shared, shared)
 
@@ -155,14 +166,23 @@ def build(corpus: Corpus, settings: BuildSettings, out: Path, force: bool = Fals
             split = select(split, keep)
             src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
         entries[name] = {**report[name], **write_split(out, name, split, (src_ids, tgt_ids), stems)}
-    for f in [f for e in entries.values() for f in e["files"].values()] + \
-             [f"vocab/{p.name}" for p in sorted((out / "vocab").iterdir())]:
+    for f in [f for e in entries.values() for f in e["files"].values()] + [
+        f"vocab/{p.name}" for p in sorted((out / "vocab").iterdir())
+    ]:
         hashes[f] = file_sha256(out / f)
     manifest = {
-        "format": FORMAT, "key": key, "corpus": corpus.name, "src_lang": corpus.src_lang, "tgt_lang": corpus.tgt_lang,
-        "inputs": corpus.inputs, "settings": described_settings(settings), **corpus.info, "aliases": corpus.aliases,
+        "format": FORMAT,
+        "key": key,
+        "corpus": corpus.name,
+        "src_lang": corpus.src_lang,
+        "tgt_lang": corpus.tgt_lang,
+        "inputs": corpus.inputs,
+        "settings": described_settings(settings),
+        **corpus.info,
+        "aliases": corpus.aliases,
         "vocab": {"shared": vocabs.shared, "src_size": len(vocabs.src), "tgt_size": len(vocabs.tgt)},
-        "splits": entries, "hashes": hashes,
+        "splits": entries,
+        "hashes": hashes,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     marker.unlink()

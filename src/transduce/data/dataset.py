@@ -12,8 +12,9 @@ Opening reads the manifest, the vocabulary and the offsets; ids stay on disk unt
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,17 +32,19 @@ class TokenArray:
         self.lengths = np.diff(self.offsets)  # (N,)
 
     @classmethod
-    def open(cls, ids_path: Path, offsets_path: Path) -> "TokenArray":
+    def open(cls, ids_path: Path, offsets_path: Path) -> TokenArray:
         """The arrays written by :meth:`write`, ids memory-mapped."""
         offsets = np.load(offsets_path, allow_pickle=False)  # (N+1,) int64
         size = ids_path.stat().st_size
         if size != 4 * int(offsets[-1]):
-            raise ValueError(f"{ids_path}: {size} bytes, the offsets in {offsets_path} need "
-                             f"{4 * int(offsets[-1])}; re-run `transduce prepare ... --force`")
+            raise ValueError(
+                f"{ids_path}: {size} bytes, the offsets in {offsets_path} need "
+                f"{4 * int(offsets[-1])}; re-run `transduce prepare ... --force`"
+            )
         return cls(np.memmap(ids_path, dtype=np.int32, mode="r") if size else np.zeros(0, np.int32), offsets)
 
     @classmethod
-    def from_sentences(cls, sentences: Sequence[Sequence[int]]) -> "TokenArray":
+    def from_sentences(cls, sentences: Sequence[Sequence[int]]) -> TokenArray:
         """An in-memory array of ``sentences`` (lists of ids)."""
         offsets = np.concatenate([[0], np.cumsum([len(s) for s in sentences])]).astype(np.int64)  # (N+1,)
         ids = np.fromiter((i for s in sentences for i in s), dtype=np.int32, count=int(offsets[-1]))
@@ -51,7 +54,7 @@ class TokenArray:
         return len(self.lengths)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.ids[self.offsets[i]:self.offsets[i + 1]]
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
 
     @staticmethod
     def write(sentences: Sequence[Sequence[int]], ids_path: Path, offsets_path: Path) -> None:
@@ -69,8 +72,10 @@ class ParallelIds:
         self.src = TokenArray.open(directory / files["src_ids"], directory / files["src_offsets"])
         self.tgt = TokenArray.open(directory / files["tgt_ids"], directory / files["tgt_offsets"])
         if len(self.src) != len(self.tgt):
-            raise ValueError(f"{directory}: split {name!r} has {len(self.src)} source and {len(self.tgt)} "
-                             "target sentences; re-run `transduce prepare ... --force`")
+            raise ValueError(
+                f"{directory}: split {name!r} has {len(self.src)} source and {len(self.tgt)} "
+                "target sentences; re-run `transduce prepare ... --force`"
+            )
         self._text_paths = {"src": directory / files["src_text"], "tgt": directory / files["tgt_text"]}
         self._text: dict[str, list[str]] = {}
 
@@ -102,15 +107,17 @@ class PreparedData:
         self._splits: dict[str, ParallelIds] = {}
 
     @classmethod
-    def open(cls, directory: str | Path) -> "PreparedData":
+    def open(cls, directory: str | Path) -> PreparedData:
         directory = Path(directory)
         path = directory / MANIFEST
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no manifest; build the directory with `transduce prepare`")
         manifest = json.loads(path.read_text())
         if manifest.get("format") != FORMAT:
-            raise ValueError(f"{path}: format {manifest.get('format')!r}, this transduce reads {FORMAT}; "
-                             "re-run `transduce prepare ... --force`")
+            raise ValueError(
+                f"{path}: format {manifest.get('format')!r}, this transduce reads {FORMAT}; "
+                "re-run `transduce prepare ... --force`"
+            )
         return cls(directory, manifest, Vocabs.load(directory / "vocab"))
 
     @property

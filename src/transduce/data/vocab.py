@@ -17,9 +17,9 @@ from __future__ import annotations
 import io
 import json
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import sentencepiece as spm
 
@@ -37,7 +37,7 @@ class Vocab:
         self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
 
     @classmethod
-    def train(cls, sentences: Iterable[str], size: int, lowercase: bool = False) -> "Vocab":
+    def train(cls, sentences: Iterable[str], size: int, lowercase: bool = False) -> Vocab:
         """Train a BPE model of ``size`` pieces on already NFC-normalised sentences.
 
         Every sentence is used in the given order (no sampling, no shuffling) and BPE
@@ -49,16 +49,26 @@ class Vocab:
         buffer = io.BytesIO()
         spm.SentencePieceTrainer.train(
             sentence_iterator=(s.lower() if lowercase else s for s in sentences),
-            model_writer=buffer, vocab_size=size, model_type="bpe",
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-            character_coverage=1.0, normalization_rule_name="identity", remove_extra_whitespaces=False,
-            input_sentence_size=0, shuffle_input_sentence=False,
-            num_threads=1, minloglevel=2, hard_vocab_limit=False,
+            model_writer=buffer,
+            vocab_size=size,
+            model_type="bpe",
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            character_coverage=1.0,
+            normalization_rule_name="identity",
+            remove_extra_whitespaces=False,
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            num_threads=1,
+            minloglevel=2,
+            hard_vocab_limit=False,
         )
         return cls(buffer.getvalue(), lowercase)
 
     @classmethod
-    def load(cls, path: str | Path, lowercase: bool = False) -> "Vocab":
+    def load(cls, path: str | Path, lowercase: bool = False) -> Vocab:
         return cls(Path(path).read_bytes(), lowercase)
 
     def save(self, path: str | Path) -> None:
@@ -108,14 +118,21 @@ class Vocabs:
         else:
             self.src.save(directory / "src.model")
             self.tgt.save(directory / "tgt.model")
-        meta = {"shared": self.shared, "src_size": len(self.src), "tgt_size": len(self.tgt),
-                "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+        meta = {
+            "shared": self.shared,
+            "src_size": len(self.src),
+            "tgt_size": len(self.tgt),
+            "pad_id": PAD_ID,
+            "unk_id": UNK_ID,
+            "bos_id": BOS_ID,
+            "eos_id": EOS_ID,
+        }
         if self.src.lowercase or self.tgt.lowercase:
             meta["lowercase"] = True  # written only when set: older directories read as False
         (directory / "vocab.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     @classmethod
-    def load(cls, directory: str | Path) -> "Vocabs":
+    def load(cls, directory: str | Path) -> Vocabs:
         directory = Path(directory)
         meta_path = directory / "vocab.json"
         if not meta_path.is_file():
@@ -127,8 +144,9 @@ class Vocabs:
         if meta.get("shared"):
             shared = Vocab.load(_need(directory / "shared.model"), lowercase)
             return cls(shared, shared)
-        return cls(Vocab.load(_need(directory / "src.model"), lowercase),
-                   Vocab.load(_need(directory / "tgt.model"), lowercase))
+        return cls(
+            Vocab.load(_need(directory / "src.model"), lowercase), Vocab.load(_need(directory / "tgt.model"), lowercase)
+        )
 
     @property
     def lowercase(self) -> bool:

@@ -60,8 +60,9 @@ def check_model(model) -> Transformer:
 
 
 @torch.no_grad()
-def cross_attention(model: Transformer, sources: list[list[int]], targets: list[list[int]], layer: int,
-                    device: torch.device) -> list[torch.Tensor]:
+def cross_attention(
+    model: Transformer, sources: list[list[int]], targets: list[list[int]], layer: int, device: torch.device
+) -> list[torch.Tensor]:
     """Head-averaged encoder–decoder attention of decoder ``layer`` for (source ids + eos, target ids without
     bos/eos) pairs, one batch: a list of (T + 1, S) float tensors (rows: target pieces then eos; columns:
     source pieces then eos)."""
@@ -82,8 +83,9 @@ def cross_attention(model: Transformer, sources: list[list[int]], targets: list[
     return [weights[b, : len(t) + 1, : len(s)].cpu() for b, (s, t) in enumerate(zip(sources, targets))]
 
 
-def align_pieces(weights: torch.Tensor, src_words: list[int | None], tgt_words: list[int | None],
-                 cover: bool = False) -> Alignment:
+def align_pieces(
+    weights: torch.Tensor, src_words: list[int | None], tgt_words: list[int | None], cover: bool = False
+) -> Alignment:
     """Word pairs from one sentence's (T + 1, S) attention: each target piece's argmax source piece
     (eos excluded), mapped to words, deduplicated, sorted by target word then source word.
 
@@ -95,8 +97,11 @@ def align_pieces(weights: torch.Tensor, src_words: list[int | None], tgt_words: 
         return []
     w = weights[: len(tgt_words), :-1]  # (T, S - 1): target pieces against source pieces, eos excluded
     best = w.argmax(dim=1).tolist()  # (T,) source piece per target piece
-    pairs = {(src_words[j], tgt_words[t]) for t, j in enumerate(best)
-             if src_words[j] is not None and tgt_words[t] is not None}
+    pairs = {
+        (src_words[j], tgt_words[t])
+        for t, j in enumerate(best)
+        if src_words[j] is not None and tgt_words[t] is not None
+    }
     if cover:  # each source word no target piece chose: the target piece attending to it most
         chosen = {i for i, _ in pairs}
         for j, t in enumerate(w.argmax(dim=0).tolist()):  # (S - 1,) target piece per source piece
@@ -105,8 +110,14 @@ def align_pieces(weights: torch.Tensor, src_words: list[int | None], tgt_words: 
     return sorted(pairs, key=lambda p: (p[1], p[0]))
 
 
-def align(translator, sources: list[list[int] | None], targets: list[list[int]], layer: int | None = None,
-          batch_tokens: int = 4096, cover: bool = False) -> list[Alignment]:
+def align(
+    translator,
+    sources: list[list[int] | None],
+    targets: list[list[int]],
+    layer: int | None = None,
+    batch_tokens: int = 4096,
+    cover: bool = False,
+) -> list[Alignment]:
     """Word alignments for each (source ids + eos or None, output ids) pair of ``translator``'s model.
     ``cover``: also align each source word that no target piece chose (:func:`align_pieces`)."""
     model = check_model(translator.model)
@@ -117,8 +128,9 @@ def align(translator, sources: list[list[int] | None], targets: list[list[int]],
         index = [i for i in index if targets[i]]
         if not index:
             continue
-        maps = cross_attention(model, [sources[i] for i in index], [targets[i] for i in index], layer,
-                               translator.device)
+        maps = cross_attention(
+            model, [sources[i] for i in index], [targets[i] for i in index], layer, translator.device
+        )
         for i, weights in zip(index, maps):
             src_words = word_of_pieces(src_vocab.pieces(sources[i][:-1]))
             out[i] = align_pieces(weights, src_words, word_of_pieces(tgt_vocab.pieces(targets[i])), cover)

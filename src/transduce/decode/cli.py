@@ -60,34 +60,68 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run_.add_argument("--batch-tokens", type=int, default=4096, help="padded source tokens per batch")
     run_.add_argument("--batch-size", type=int, default=None, help="at most this many sentences per batch")
     run_.add_argument("--device", default="cpu")
-    run_.add_argument("--threads", type=int, default=1,
-                      help="CPU threads; 1 (default) is bit-exactly batch-invariant, more may change last bits")
+    run_.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads; 1 (default) is bit-exactly batch-invariant, more may change last bits",
+    )
     add_backend_arguments(run_)
-    run_.add_argument("--target-lang", metavar="CODE",
-                      help="multilingual models: the target language, as its >>CODE<< token (e.g. deu, fra)")
+    run_.add_argument(
+        "--target-lang",
+        metavar="CODE",
+        help="multilingual models: the target language, as its >>CODE<< token (e.g. deu, fra)",
+    )
     run_.add_argument("--no-truncate", action="store_true", help="error on inputs longer than the model allows")
     run_.add_argument("--stats", action="store_true", help="print sentences/s and tokens/s to stderr")
-    run_.add_argument("--chunk", type=int, default=stream_.DEFAULT_CHUNK, metavar="N",
-                      help="read, translate and write about N sentences at a time (memory does not grow "
-                           "with the input; the output does not depend on N)")
-    search.add_argument("--alignments", action="store_true",
-                        help="append ' ||| ' and word alignments in Pharaoh format (src-tgt) to each translation")
-    search.add_argument("--alignment-layer", type=int, default=None, metavar="L",
-                        help="decoder layer (from 0) whose attention aligns (default: the last)")
+    run_.add_argument(
+        "--chunk",
+        type=int,
+        default=stream_.DEFAULT_CHUNK,
+        metavar="N",
+        help="read, translate and write about N sentences at a time (memory does not grow "
+        "with the input; the output does not depend on N)",
+    )
+    search.add_argument(
+        "--alignments",
+        action="store_true",
+        help="append ' ||| ' and word alignments in Pharaoh format (src-tgt) to each translation",
+    )
+    search.add_argument(
+        "--alignment-layer",
+        type=int,
+        default=None,
+        metavar="L",
+        help="decoder layer (from 0) whose attention aligns (default: the last)",
+    )
     terms = p.add_argument_group("terminology (docs/documents.md)")
-    terms.add_argument("--glossary", metavar="TSV",
-                       help="'source term<TAB>target term' lines: the target term is required wherever the source "
-                            "term occurs (constrained beam search)")
-    terms.add_argument("--constraints", action="store_true",
-                       help="input lines are 'sentence<TAB>term<TAB>term...': each term must appear in the output")
+    terms.add_argument(
+        "--glossary",
+        metavar="TSV",
+        help="'source term<TAB>target term' lines: the target term is required wherever the source "
+        "term occurs (constrained beam search)",
+    )
+    terms.add_argument(
+        "--constraints",
+        action="store_true",
+        help="input lines are 'sentence<TAB>term<TAB>term...': each term must appear in the output",
+    )
     doc = p.add_argument_group("documents (docs/documents.md)")
-    doc.add_argument("--document", action="store_true",
-                     help="plain text with paragraphs: split into sentences, keep paragraphs and whitespace")
-    doc.add_argument("--format", choices=["text", "html"], default="text",
-                     help="html: keep inline tags, placed by word alignment; each input line is one HTML "
-                          "snippet, or with --document the whole input is one HTML document")
-    doc.add_argument("--lang", default=None,
-                     help="source language for sentence splitting (default: the model's src_lang, else en)")
+    doc.add_argument(
+        "--document",
+        action="store_true",
+        help="plain text with paragraphs: split into sentences, keep paragraphs and whitespace",
+    )
+    doc.add_argument(
+        "--format",
+        choices=["text", "html"],
+        default="text",
+        help="html: keep inline tags, placed by word alignment; each input line is one HTML "
+        "snippet, or with --document the whole input is one HTML document",
+    )
+    doc.add_argument(
+        "--lang", default=None, help="source language for sentence splitting (default: the model's src_lang, else en)"
+    )
 
 
 def read_lines(path: str | Path | None) -> list[str]:
@@ -115,18 +149,35 @@ def _options(args) -> dict:
         raise ValueError("--mbr chooses one translation from the beam: it goes with neither --nbest nor --sample")
     rerank = rerank_.from_args(args)
     if rerank is not None and (args.nbest > 1 or args.sample or mbr is not None):
-        raise ValueError("--rerank chooses one translation from the beam: it goes with neither --nbest, "
-                         "--sample nor --mbr")
-    return dict(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-                nbest=args.nbest, sample=sample, batch_tokens=args.batch_tokens, batch_size=args.batch_size,
-                truncate=not args.no_truncate, return_scores=True, mbr=mbr, rerank=rerank,
-                target_lang=args.target_lang, alignments=args.alignments, alignment_layer=args.alignment_layer)
+        raise ValueError(
+            "--rerank chooses one translation from the beam: it goes with neither --nbest, --sample nor --mbr"
+        )
+    return dict(
+        beam=args.beam,
+        alpha=args.alpha,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+        nbest=args.nbest,
+        sample=sample,
+        batch_tokens=args.batch_tokens,
+        batch_size=args.batch_size,
+        truncate=not args.no_truncate,
+        return_scores=True,
+        mbr=mbr,
+        rerank=rerank,
+        target_lang=args.target_lang,
+        alignments=args.alignments,
+        alignment_layer=args.alignment_layer,
+    )
 
 
 def format_results(results: list, nbest: int, scores: bool, first_line: int = 0) -> list[str]:
     if nbest > 1:
-        return [f"{first_line + i} ||| {t.text} ||| {t.score:.4f}{_alignment(t)}"
-                for i, hyps in enumerate(results) for t in hyps]
+        return [
+            f"{first_line + i} ||| {t.text} ||| {t.score:.4f}{_alignment(t)}"
+            for i, hyps in enumerate(results)
+            for t in hyps
+        ]
     return [(f"{t.score:.4f}\t{t.text}" if scores else t.text) + _alignment(t) for t in results]
 
 
@@ -161,10 +212,12 @@ def run(args) -> int:
             out.close()
     if args.stats:
         seconds = max(stats.seconds, 1e-9)
-        print(f"transduce translate: {stats.sentences} sentences, {stats.tokens} output tokens (with eos) in "
-              f"{stats.seconds:.2f} s: {stats.sentences / seconds:.1f} sentences/s, {stats.tokens / seconds:.1f} "
-              f"tokens/s ({torch.get_num_threads()} threads, {translator.fast_paths.decoder.name}, beam {args.beam})",
-              file=sys.stderr)
+        print(
+            f"transduce translate: {stats.sentences} sentences, {stats.tokens} output tokens (with eos) in "
+            f"{stats.seconds:.2f} s: {stats.sentences / seconds:.1f} sentences/s, {stats.tokens / seconds:.1f} "
+            f"tokens/s ({torch.get_num_threads()} threads, {translator.fast_paths.decoder.name}, beam {args.beam})",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -174,23 +227,41 @@ def _check_document(args, backend: str) -> None:
     if args.chunk < 1:
         raise ValueError(f"--chunk must be at least 1, got {args.chunk}")
     if args.document and (args.nbest > 1 or args.scores or args.alignments):
-        raise ValueError("--document writes one translated text: it goes with neither --nbest, --scores nor "
-                         "--alignments (use line mode for those)")
-    if args.format == "html" and (args.nbest > 1 or args.scores or args.alignments or args.sample
-                                  or args.mbr or args.rerank):
-        raise ValueError("--format html writes one translated snippet per input: it goes with neither --nbest, "
-                         "--scores, --alignments, --sample, --mbr nor --rerank")
+        raise ValueError(
+            "--document writes one translated text: it goes with neither --nbest, --scores nor "
+            "--alignments (use line mode for those)"
+        )
+    if args.format == "html" and (
+        args.nbest > 1 or args.scores or args.alignments or args.sample or args.mbr or args.rerank
+    ):
+        raise ValueError(
+            "--format html writes one translated snippet per input: it goes with neither --nbest, "
+            "--scores, --alignments, --sample, --mbr nor --rerank"
+        )
     if args.glossary or args.constraints:
-        used = [flag for flag, on in [("--nbest", args.nbest > 1), ("--sample", args.sample), ("--mbr", args.mbr),
-                                      ("--rerank", args.rerank), ("--alignments", args.alignments),
-                                      ("--format html", args.format == "html"), (named, native),
-                                      ("--ensemble", args.ensemble), ("--scores", args.scores),
-                                      ("--constraints with --document", args.constraints and args.document)] if on]
+        used = [
+            flag
+            for flag, on in [
+                ("--nbest", args.nbest > 1),
+                ("--sample", args.sample),
+                ("--mbr", args.mbr),
+                ("--rerank", args.rerank),
+                ("--alignments", args.alignments),
+                ("--format html", args.format == "html"),
+                (named, native),
+                ("--ensemble", args.ensemble),
+                ("--scores", args.scores),
+                ("--constraints with --document", args.constraints and args.document),
+            ]
+            if on
+        ]
         if used:
             raise ValueError(f"terminology (--glossary, --constraints) is not supported with {', '.join(used)}")
     if (args.alignments or args.format == "html") and (native or args.ensemble):
-        raise ValueError("--alignments and --format html need a single PyTorch model's attention: "
-                         f"not with {named} (the C++ step) or --ensemble")
+        raise ValueError(
+            "--alignments and --format html need a single PyTorch model's attention: "
+            f"not with {named} (the C++ step) or --ensemble"
+        )
 
 
 def _translate_file(translator, options: dict, args, path: str | None, out) -> stream_.StreamStats:

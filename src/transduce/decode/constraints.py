@@ -52,7 +52,7 @@ class _State:
             out.add(constraints[c][k])
         return out
 
-    def advance(self, tok: int, constraints: list[list[int]]) -> "_State":
+    def advance(self, tok: int, constraints: list[list[int]]) -> _State:
         if self.active:
             c, k = self.active
             if constraints[c][k] == tok:
@@ -75,9 +75,17 @@ class _Hyp:
 
 
 @torch.no_grad()
-def constrained_search(model, src: Tensor, constraints: list[list[int]], prefix: list[int] | None = None,
-                       beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
-                       continues_word: Tensor | None = None) -> Hypothesis:
+def constrained_search(
+    model,
+    src: Tensor,
+    constraints: list[list[int]],
+    prefix: list[int] | None = None,
+    beam: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    continues_word: Tensor | None = None,
+) -> Hypothesis:
     """The best hypothesis for one sentence ``src`` (1, S) (ids + eos) that starts with ``prefix`` and
     contains every token sequence of ``constraints``. The length limit a·|x| + b is raised to fit the
     prefix and the terms. Raises ``ValueError`` when no such hypothesis ends within it.
@@ -88,8 +96,10 @@ def constrained_search(model, src: Tensor, constraints: list[list[int]], prefix:
     prefix = list(prefix or [])
     constraints = [c for c in constraints if c]
     need = len(prefix) + sum(len(c) for c in constraints)
-    limit = min(max(max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions - 1)[0], need + 1),
-                cfg.max_positions - 1)
+    limit = min(
+        max(max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions - 1)[0], need + 1),
+        cfg.max_positions - 1,
+    )
     banks = sum(len(c) for c in constraints) + 1
     cache = model.init_cache(model.encode(src), 1)
     hyps = [_Hyp([], 0.0, _State((False,) * len(constraints)))]
@@ -120,8 +130,16 @@ def constrained_search(model, src: Tensor, constraints: list[list[int]], prefix:
     return max(finished, key=lambda h: h.score)
 
 
-def _candidates(hyps: list[_Hyp], lp: Tensor, constraints: list[list[int]], prefix: list[int], t: int,
-                at_limit: bool, beam: int, eos: int) -> list[tuple[int, int, float]]:
+def _candidates(
+    hyps: list[_Hyp],
+    lp: Tensor,
+    constraints: list[list[int]],
+    prefix: list[int],
+    t: int,
+    at_limit: bool,
+    beam: int,
+    eos: int,
+) -> list[tuple[int, int, float]]:
     """(row, token, logprob) extensions: each row's ``beam`` best plus its constraint tokens; only the
     prefix token while in the prefix; eos only when all terms are met, and only eos at the limit."""
     out: dict[tuple[int, int], float] = {}
@@ -141,8 +159,9 @@ def _candidates(hyps: list[_Hyp], lp: Tensor, constraints: list[list[int]], pref
     return [(row, tok, score) for (row, tok), score in out.items() if score > float("-inf")]
 
 
-def _allocate(live: list[tuple[int, _Hyp]], beam: int, banks: int, constraints: list[list[int]]
-              ) -> list[tuple[int, _Hyp]]:
+def _allocate(
+    live: list[tuple[int, _Hyp]], beam: int, banks: int, constraints: list[list[int]]
+) -> list[tuple[int, _Hyp]]:
     """Dynamic beam allocation: the best ``beam // banks`` (at least 1) of each bank, the banks with more
     constraint tokens first (with more banks than slots, progress wins), then the best of the rest."""
     seen: dict[tuple[int, ...], tuple[int, _Hyp]] = {}

@@ -15,8 +15,8 @@ translations in place of the sentence pieces.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 from sentencex import segment
 

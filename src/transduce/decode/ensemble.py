@@ -44,7 +44,11 @@ class Ensemble(nn.Module):
         for m in models[1:]:
             c = m.config
             same = (c.target_vocab_size, c.pad_id, c.bos_id, c.eos_id) == (
-                first.target_vocab_size, first.pad_id, first.bos_id, first.eos_id)
+                first.target_vocab_size,
+                first.pad_id,
+                first.bos_id,
+                first.eos_id,
+            )
             if not same:
                 raise ValueError("ensemble members must share the target vocabulary and special ids")
         self.models = nn.ModuleList(models)

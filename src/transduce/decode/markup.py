@@ -27,10 +27,52 @@ from html.parser import HTMLParser
 from .document import Piece, source_language, split_paragraph
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
-BLOCK = {"address", "article", "aside", "blockquote", "body", "br", "caption", "dd", "details", "dialog", "div",
-         "dl", "dt", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6",
-         "head", "header", "hr", "html", "li", "main", "nav", "ol", "p", "section", "summary", "table", "tbody",
-         "td", "tfoot", "th", "thead", "title", "tr", "ul"}
+BLOCK = {
+    "address",
+    "article",
+    "aside",
+    "blockquote",
+    "body",
+    "br",
+    "caption",
+    "dd",
+    "details",
+    "dialog",
+    "div",
+    "dl",
+    "dt",
+    "fieldset",
+    "figcaption",
+    "figure",
+    "footer",
+    "form",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "head",
+    "header",
+    "hr",
+    "html",
+    "li",
+    "main",
+    "nav",
+    "ol",
+    "p",
+    "section",
+    "summary",
+    "table",
+    "tbody",
+    "td",
+    "tfoot",
+    "th",
+    "thead",
+    "title",
+    "tr",
+    "ul",
+}
 OPAQUE = {"script", "style", "code", "pre", "kbd", "samp", "textarea"}  # kept verbatim, not translated
 RAW_TEXT = {"script", "style"}  # their text is not escaped
 _WORD = re.compile(r"\S+")
@@ -45,7 +87,7 @@ class Node:
     start: str = ""
     end: str = ""
     text: str | None = None
-    children: list["Node"] = field(default_factory=list)
+    children: list[Node] = field(default_factory=list)
     opaque: bool = False
 
     @property
@@ -86,8 +128,10 @@ class _Parser(HTMLParser):
         if node is self.root:
             raise ValueError(f"line {line}:{col + 1}: end tag </{tag}> without a start tag")
         if node.tag != tag:
-            raise ValueError(f"line {line}:{col + 1}: end tag </{tag}> does not close <{node.tag}> "
-                             f"(opened at line {oline}:{ocol + 1})")
+            raise ValueError(
+                f"line {line}:{col + 1}: end tag </{tag}> does not close <{node.tag}> "
+                f"(opened at line {oline}:{ocol + 1})"
+            )
         node.end = f"</{tag}>"
         self.stack.pop()
 
@@ -257,8 +301,9 @@ def _words_and_links(run: _Run) -> tuple[list[tuple[int, int]], list[tuple[int, 
             s0, t0 = len(src_words), len(tgt_words)
             src_words += [(src_pos + m.start(), src_pos + m.end()) for m in _WORD.finditer(piece.text)]
             tgt_words += [(tgt_pos + m.start(), tgt_pos + m.end()) for m in _WORD.finditer(text)]
-            links += [(s0 + i, t0 + j) for i, j in part.alignment or []
-                      if s0 + i < len(src_words) and t0 + j < len(tgt_words)]
+            links += [
+                (s0 + i, t0 + j) for i, j in part.alignment or [] if s0 + i < len(src_words) and t0 + j < len(tgt_words)
+            ]
         src_pos += len(piece.text)
         tgt_pos += len(text)
     return src_words, tgt_words, links
@@ -295,8 +340,9 @@ def _render_layout(layout: list) -> str:
     return "".join(out)
 
 
-def translate_html(translator, text: str, lang: str | None = None, alignment_layer: int | None = None,
-                   **options) -> str:
+def translate_html(
+    translator, text: str, lang: str | None = None, alignment_layer: int | None = None, **options
+) -> str:
     """Translate an HTML snippet, keeping its markup (module docstring). ``lang``: the sentence
     splitter's language (default: the model's source language); ``options``: those of
     :meth:`Translator.translate` (beam, alpha, batch_tokens, ...). Needs a single PyTorch model
@@ -308,8 +354,9 @@ def translate_html(translator, text: str, lang: str | None = None, alignment_lay
     return translate_html_batch(translator, [text], lang, alignment_layer, **options)[0]
 
 
-def translate_html_batch(translator, texts: list[str], lang: str | None = None, alignment_layer: int | None = None,
-                         **options) -> list[str]:
+def translate_html_batch(
+    translator, texts: list[str], lang: str | None = None, alignment_layer: int | None = None, **options
+) -> list[str]:
     """:func:`translate_html` for several snippets, all their sentences translated in one batched call."""
     trees = []
     runs: list[_Run] = []

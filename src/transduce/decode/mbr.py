@@ -64,8 +64,13 @@ def expected_utilities(texts: list[str], logprobs: list[float], config: MBRConfi
     metric = _metric(config.utility)
     out = []
     for i in range(n):
-        out.append(sum(w * (100.0 if i == j and texts[i] else metric.sentence_score(texts[i], [texts[j]]).score)
-                       for j, w in enumerate(weights)) / 100.0)
+        out.append(
+            sum(
+                w * (100.0 if i == j and texts[i] else metric.sentence_score(texts[i], [texts[j]]).score)
+                for j, w in enumerate(weights)
+            )
+            / 100.0
+        )
     return out
 
 
@@ -79,11 +84,20 @@ def choose(texts: list[str], logprobs: list[float], config: MBRConfig) -> int:
 
 def add_arguments(group) -> None:
     """``--mbr N``, ``--mbr-utility``, ``--mbr-weights`` for ``transduce translate`` and ``evaluate``."""
-    group.add_argument("--mbr", type=int, default=0, metavar="N",
-                       help="minimum Bayes risk: choose among the beam's N best (N <= --beam; 0 = off)")
+    group.add_argument(
+        "--mbr",
+        type=int,
+        default=0,
+        metavar="N",
+        help="minimum Bayes risk: choose among the beam's N best (N <= --beam; 0 = off)",
+    )
     group.add_argument("--mbr-utility", choices=UTILITIES, default="bleu", help="sentence BLEU or chrF")
-    group.add_argument("--mbr-weights", choices=WEIGHTS, default="model",
-                       help="weigh pseudo-references by model probability or equally")
+    group.add_argument(
+        "--mbr-weights",
+        choices=WEIGHTS,
+        default="model",
+        help="weigh pseudo-references by model probability or equally",
+    )
 
 
 def from_args(args) -> MBRConfig | None:

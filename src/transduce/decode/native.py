@@ -39,8 +39,15 @@ HEADERS = tuple(SOURCE.with_name(name) for name in ("int8_gemm.h", "int8_step.h"
 @functools.cache
 def extension():
     """The compiled extension module, or None (with a warning saying why) if it cannot be built."""
-    return build("transduce_native_step", SOURCE, "the C++ decoder step", "decoding uses the Python step",
-                 headers=HEADERS, flags=("-O3", "-fopenmp"), ldflags=("-fopenmp",))
+    return build(
+        "transduce_native_step",
+        SOURCE,
+        "the C++ decoder step",
+        "decoding uses the Python step",
+        headers=HEADERS,
+        flags=("-O3", "-fopenmp"),
+        ldflags=("-fopenmp",),
+    )
 
 
 def supports(model: nn.Module) -> str | None:
@@ -61,7 +68,7 @@ class DeferredCache(DecoderCache):
     pending: Tensor | None = None
 
     @classmethod
-    def of(cls, cache: DecoderCache) -> "DeferredCache":
+    def of(cls, cache: DecoderCache) -> DeferredCache:
         return cls(layers=cache.layers, memory_mask=cache.memory_mask, beam=cache.beam, position=cache.position)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None, beam: int | None = None) -> None:
@@ -91,20 +98,34 @@ def _final(norm: NormSpec | None) -> dict:
 
 def _shared(spec: TransformerSpec) -> dict:
     """The scalars both C++ halves take, by name."""
-    return {"n_heads": spec.n_heads, "attn_scale": spec.attn_scale, "pre_norm": spec.pre_norm, "eps": spec.eps,
-            "gelu": spec.gelu}
+    return {
+        "n_heads": spec.n_heads,
+        "attn_scale": spec.attn_scale,
+        "pre_norm": spec.pre_norm,
+        "eps": spec.eps,
+        "gelu": spec.gelu,
+    }
 
 
 def decoder_of(ext, spec: TransformerSpec, linear) -> object:
     """``native_step.cpp``'s Decoder from ``spec``, each linear map made by ``linear`` (float or int8).
     Per layer: 6 maps (self-attention qkv and out, cross-attention q and out, feed-forward in and out) and the
     weight and bias of its 3 norms, in that order."""
-    maps = [linear(ext, m) for x in spec.decoder
-            for m in (x.self_qkv, x.self_out, x.cross_q, x.cross_out, x.ff_in, x.ff_out)]
+    maps = [
+        linear(ext, m)
+        for x in spec.decoder
+        for m in (x.self_qkv, x.self_out, x.cross_q, x.cross_out, x.ff_in, x.ff_out)
+    ]
     norms = _norms([n for x in spec.decoder for n in (x.self_norm, x.cross_norm, x.ff_norm)])
-    return ext.Decoder(linears=maps, norms=norms, generator=linear(ext, spec.generator),
-                       token_weight=spec.tgt_embedding, embed_scale=spec.tgt_scale, **_final(spec.decoder_norm),
-                       **_shared(spec))
+    return ext.Decoder(
+        linears=maps,
+        norms=norms,
+        generator=linear(ext, spec.generator),
+        token_weight=spec.tgt_embedding,
+        embed_scale=spec.tgt_scale,
+        **_final(spec.decoder_norm),
+        **_shared(spec),
+    )
 
 
 def encoder_of(ext, spec: TransformerSpec) -> object:
@@ -112,9 +133,16 @@ def encoder_of(ext, spec: TransformerSpec) -> object:
     4 maps (self-attention qkv and out, feed-forward in and out) and the weight and bias of its 2 norms."""
     maps = [_int8(ext, m) for x in spec.encoder for m in (x.self_qkv, x.self_out, x.ff_in, x.ff_out)]
     norms = _norms([n for x in spec.encoder for n in (x.self_norm, x.ff_norm)])
-    return ext.Encoder(linears=maps, norms=norms, kv=[_int8(ext, m) for m in spec.cross_kv],
-                       token_weight=spec.src_embedding, embed_scale=spec.src_scale, **_final(spec.encoder_norm),
-                       pad_id=spec.pad_id, **_shared(spec))
+    return ext.Encoder(
+        linears=maps,
+        norms=norms,
+        kv=[_int8(ext, m) for m in spec.cross_kv],
+        token_weight=spec.src_embedding,
+        embed_scale=spec.src_scale,
+        **_final(spec.encoder_norm),
+        pad_id=spec.pad_id,
+        **_shared(spec),
+    )
 
 
 @dataclass
@@ -163,7 +191,7 @@ class NativeStep(nn.Module):
             return self.model.encode(src)
         out = self.encoder.encode(src, self.model.src_embed.positions(src.size(1), 0))
         L = len(self.model.decoder.layers)
-        return EncodedKV(out[0], self.model.source_mask(src), out[1:1 + L], out[1 + L:])
+        return EncodedKV(out[0], self.model.source_mask(src), out[1 : 1 + L], out[1 + L :])
 
     def init_cache(self, encoded, beam: int = 1) -> DeferredCache:
         if isinstance(encoded, EncodedKV):
@@ -187,9 +215,16 @@ class NativeStep(nn.Module):
         first = cache.layers[0].self_k is None
         pending = cache.pending if isinstance(cache, DeferredCache) else None  # a plain cache reorders at once
         out = self.decoder.step(
-            tokens, positions, [] if first else [c.self_k for c in cache.layers],
-            [] if first else [c.self_v for c in cache.layers], [c.memory_k for c in cache.layers],
-            [c.memory_v for c in cache.layers], cache.memory_mask, cache.beam, pending)
+            tokens,
+            positions,
+            [] if first else [c.self_k for c in cache.layers],
+            [] if first else [c.self_v for c in cache.layers],
+            [c.memory_k for c in cache.layers],
+            [c.memory_v for c in cache.layers],
+            cache.memory_mask,
+            cache.beam,
+            pending,
+        )
         if pending is not None:
             cache.pending = None
         for i, layer in enumerate(cache.layers):
@@ -206,7 +241,6 @@ def native_step(model: nn.Module, int8: bool = False) -> NativeStep | None:
     if supports(model) is not None:
         return None
     if int8 and model.tgt_embed.token.weight.dtype != torch.float32:
-        raise ValueError("the int8 C++ step quantises an fp32 model, got "
-                         f"{model.tgt_embed.token.weight.dtype}")
+        raise ValueError(f"the int8 C++ step quantises an fp32 model, got {model.tgt_embed.token.weight.dtype}")
     ext = extension()
     return NativeStep(model, ext, int8) if ext is not None else None

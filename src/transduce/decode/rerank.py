@@ -37,8 +37,9 @@ class RerankConfig:
 
 
 @torch.no_grad()
-def sequence_logprobs(model, pairs: list[tuple[list[int], list[int]]], batch_tokens: int = 4096,
-                      device: str | torch.device = "cpu") -> list[float]:
+def sequence_logprobs(
+    model, pairs: list[tuple[list[int], list[int]]], batch_tokens: int = 4096, device: str | torch.device = "cpu"
+) -> list[float]:
     """Teacher-forced ``log p(target | source)`` under ``model`` for each ``(source, target)`` pair of
     ids without bos/eos; the target's eos counts, as in training. Pairs are scored in batches of similar
     length (at most ``batch_tokens`` padded source tokens); the results come back in input order."""
@@ -70,8 +71,13 @@ def sequence_logprobs(model, pairs: list[tuple[list[int], list[int]]], batch_tok
     return out
 
 
-def channel_scores(channel, sources: list[list[int] | None], nbest: list[list[Hypothesis]],
-                   batch_tokens: int = 4096, device: str | torch.device = "cpu") -> list[list[float]]:
+def channel_scores(
+    channel,
+    sources: list[list[int] | None],
+    nbest: list[list[Hypothesis]],
+    batch_tokens: int = 4096,
+    device: str | torch.device = "cpu",
+) -> list[list[float]]:
     """``log p(x | y) / (|x| + 1)`` for every candidate ``y`` of every source ``x`` (ids + eos, or None for
     an empty line, whose one empty candidate gets 0) under the target→source model ``channel``."""
     pairs, where = [], []
@@ -95,8 +101,17 @@ def choose(hyps: list[Hypothesis], channel: list[float], weight: float) -> int:
     return max(range(len(hyps)), key=lambda i: (totals[i], -i))
 
 
-def sweep(translator, sentences: list[str], weights: list[float], candidates: int, beam: int, alpha: float,
-          max_len_a: float = 1.0, max_len_b: int = 50, batch_tokens: int = 4096) -> dict[float, list[str]]:
+def sweep(
+    translator,
+    sentences: list[str],
+    weights: list[float],
+    candidates: int,
+    beam: int,
+    alpha: float,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    batch_tokens: int = 4096,
+) -> dict[float, list[str]]:
     """The 1-best text of every sentence for each λ in ``weights``, from one beam search (``candidates``
     best kept) and one channel scoring: what the recipe compares on the validation split."""
     if candidates > beam:
@@ -110,12 +125,23 @@ def sweep(translator, sentences: list[str], weights: list[float], candidates: in
 
 def add_arguments(group) -> None:
     """``--channel DIR``, ``--rerank N``, ``--rerank-weight λ`` for ``transduce translate`` and ``evaluate``."""
-    group.add_argument("--channel", metavar="DIR",
-                       help="target→source model directory for --rerank (a BiT run's RUN/bit-model is one)")
-    group.add_argument("--rerank", type=int, default=0, metavar="N",
-                       help="noisy-channel reranking of the beam's N best with --channel (N <= --beam; 0 = off)")
-    group.add_argument("--rerank-weight", type=float, default=1.0, metavar="LAMBDA",
-                       help="weight of the channel score log p(x|y)/(|x|+1) (default 1.0)")
+    group.add_argument(
+        "--channel", metavar="DIR", help="target→source model directory for --rerank (a BiT run's RUN/bit-model is one)"
+    )
+    group.add_argument(
+        "--rerank",
+        type=int,
+        default=0,
+        metavar="N",
+        help="noisy-channel reranking of the beam's N best with --channel (N <= --beam; 0 = off)",
+    )
+    group.add_argument(
+        "--rerank-weight",
+        type=float,
+        default=1.0,
+        metavar="LAMBDA",
+        help="weight of the channel score log p(x|y)/(|x|+1) (default 1.0)",
+    )
 
 
 def from_args(args) -> RerankConfig | None:

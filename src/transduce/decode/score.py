@@ -18,8 +18,9 @@ from ..model import Transformer
 from .rerank import sequence_logprobs
 
 
-def score(translator, sources: list[str], targets: list[str], normalize: bool = False,
-          batch_tokens: int = 4096) -> list[float]:
+def score(
+    translator, sources: list[str], targets: list[str], normalize: bool = False, batch_tokens: int = 4096
+) -> list[float]:
     """``log p(target | source)`` (nats, eos included) per pair, or per token with ``normalize``.
     Inputs longer than the model's ``max_positions`` are an error naming the line (never truncated)."""
     if len(sources) != len(targets):

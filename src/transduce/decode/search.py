@@ -77,7 +77,7 @@ class _Batch:
     real: int  # the first ``real`` slots are live sentences
 
     @classmethod
-    def of(cls, sentences: list[int], rows: int = 1) -> "_Batch":
+    def of(cls, sentences: list[int], rows: int = 1) -> _Batch:
         """Pad with ghosts until slots × ``rows`` (decoder rows per slot) is a multiple of ROW_MULTIPLE."""
         multiple = ROW_MULTIPLE // math.gcd(rows, ROW_MULTIPLE)  # beam 4: none after the first step
         return cls(sentences + [sentences[0]] * (-len(sentences) % multiple), len(sentences))
@@ -150,8 +150,15 @@ def _log_probs(model, tokens: Tensor, cache) -> Tensor:
 
 
 @torch.no_grad()
-def greedy(model, src: Tensor, alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
-           sample: SampleConfig | None = None, seeds: list[int] | None = None) -> list[Hypothesis]:
+def greedy(
+    model,
+    src: Tensor,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    sample: SampleConfig | None = None,
+    seeds: list[int] | None = None,
+) -> list[Hypothesis]:
     """Greedy decoding (or sampling when ``sample`` is given): one hypothesis per sentence.
 
     ``seeds`` gives each sentence its own random stream (sampling), so a sample does not
@@ -224,8 +231,9 @@ class _Finished:
 
 
 @torch.no_grad()
-def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
-                max_len_b: int = 50, nbest: int = 1) -> list[list[Hypothesis]]:
+def beam_search(
+    model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50, nbest: int = 1
+) -> list[list[Hypothesis]]:
     """Beam search (§6.1: beam 4, α = 0.6, max length |x| + 50, early stopping).
 
     Ranks by logprob / lp(|Y|). Each step keeps the k best live extensions out of the 2k best
@@ -286,8 +294,9 @@ def beam_search(model, src: Tensor, beam: int = 4, alpha: float = 0.6, max_len_a
         batch, t = new, t + 1
 
 
-def _sentence_done(fin: _Finished, live: list[tuple[int, int, float]], nbest: int, limit: int, t: int,
-                   alpha: float) -> bool:
+def _sentence_done(
+    fin: _Finished, live: list[tuple[int, int, float]], nbest: int, limit: int, t: int, alpha: float
+) -> bool:
     """Early stop: ``nbest`` finished and no live beam can beat the nbest-th of them."""
     if not live or t >= limit:
         return True
@@ -297,5 +306,3 @@ def _sentence_done(fin: _Finished, live: list[tuple[int, int, float]], nbest: in
     # it ends with eos at some length in [t + 2, limit + 1]; val / lp(L) is monotone in L
     bound = max(best_live / length_penalty(t + 2, alpha), best_live / length_penalty(limit + 1, alpha))
     return bound <= fin.hyps[nbest - 1].score
-
-

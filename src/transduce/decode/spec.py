@@ -103,9 +103,18 @@ def _why_not(model: nn.Module) -> list[str]:
         why.append("additive attention")
     if cfg.attention_window is not None:
         why.append("restricted self-attention (attention_window)")
-    linears = [m for layer in model.decoder.layers for m in (layer.self_attn.qkv_proj, layer.self_attn.out_proj,
-                                                             layer.cross_attn.q_proj, layer.cross_attn.out_proj,
-                                                             layer.ff.w1, layer.ff.w2)]
+    linears = [
+        m
+        for layer in model.decoder.layers
+        for m in (
+            layer.self_attn.qkv_proj,
+            layer.self_attn.out_proj,
+            layer.cross_attn.q_proj,
+            layer.cross_attn.out_proj,
+            layer.ff.w1,
+            layer.ff.w2,
+        )
+    ]
     odd = sorted({f"{type(m).__module__}.{type(m).__name__}" for m in linears if type(m) is not nn.Linear})
     if odd:
         why.append(f"{', '.join(odd)} layers (int8 dynamic quantisation)")
@@ -130,24 +139,50 @@ def spec_of(model: nn.Module) -> TransformerSpec:
     if why:
         raise UnsupportedModel("; ".join(why))
     cfg = model.config
-    encoder = [EncoderLayerSpec(_linear(x.self_attn.qkv_proj), _linear(x.self_attn.out_proj), _linear(x.ff.w1),
-                                _linear(x.ff.w2), _norm(x.res_attn.norm), _norm(x.res_ff.norm))
-               for x in model.encoder.layers]
-    decoder = [DecoderLayerSpec(_linear(x.self_attn.qkv_proj), _linear(x.self_attn.out_proj),
-                                _linear(x.cross_attn.q_proj), _linear(x.cross_attn.out_proj), _linear(x.ff.w1),
-                                _linear(x.ff.w2), _norm(x.res_self.norm), _norm(x.res_cross.norm),
-                                _norm(x.res_ff.norm))
-               for x in model.decoder.layers]
+    encoder = [
+        EncoderLayerSpec(
+            _linear(x.self_attn.qkv_proj),
+            _linear(x.self_attn.out_proj),
+            _linear(x.ff.w1),
+            _linear(x.ff.w2),
+            _norm(x.res_attn.norm),
+            _norm(x.res_ff.norm),
+        )
+        for x in model.encoder.layers
+    ]
+    decoder = [
+        DecoderLayerSpec(
+            _linear(x.self_attn.qkv_proj),
+            _linear(x.self_attn.out_proj),
+            _linear(x.cross_attn.q_proj),
+            _linear(x.cross_attn.out_proj),
+            _linear(x.ff.w1),
+            _linear(x.ff.w2),
+            _norm(x.res_self.norm),
+            _norm(x.res_cross.norm),
+            _norm(x.res_ff.norm),
+        )
+        for x in model.decoder.layers
+    ]
     attn = model.decoder.layers[0].self_attn
-    return TransformerSpec(encoder=encoder, decoder=decoder,
-                           cross_kv=[_linear(x.cross_attn.kv_proj) for x in model.decoder.layers],
-                           src_embedding=model.src_embed.token.weight.detach(),
-                           tgt_embedding=model.tgt_embed.token.weight.detach(), src_scale=model.src_embed.scale,
-                           tgt_scale=model.tgt_embed.scale,
-                           encoder_norm=_norm(model.encoder.final_norm), decoder_norm=_norm(model.decoder.final_norm),
-                           generator=_linear(model.generator), n_heads=attn.n_heads, attn_scale=attn.scale,
-                           pre_norm=cfg.norm == "pre", eps=cfg.layer_norm_eps, pad_id=cfg.pad_id,
-                           gelu=cfg.activation == "gelu")
+    return TransformerSpec(
+        encoder=encoder,
+        decoder=decoder,
+        cross_kv=[_linear(x.cross_attn.kv_proj) for x in model.decoder.layers],
+        src_embedding=model.src_embed.token.weight.detach(),
+        tgt_embedding=model.tgt_embed.token.weight.detach(),
+        src_scale=model.src_embed.scale,
+        tgt_scale=model.tgt_embed.scale,
+        encoder_norm=_norm(model.encoder.final_norm),
+        decoder_norm=_norm(model.decoder.final_norm),
+        generator=_linear(model.generator),
+        n_heads=attn.n_heads,
+        attn_scale=attn.scale,
+        pre_norm=cfg.norm == "pre",
+        eps=cfg.layer_norm_eps,
+        pad_id=cfg.pad_id,
+        gelu=cfg.activation == "gelu",
+    )
 
 
 def unsupported(model: nn.Module) -> str | None:
@@ -183,8 +218,14 @@ def check(spec: TransformerSpec) -> list[str]:
         tensor(f"{name}.weight", n.weight, (d,))
         tensor(f"{name}.bias", n.bias, (d,))
 
-    shapes = {"self_qkv": (3 * d, d), "self_out": (d, d), "cross_q": (d, d), "cross_out": (d, d),
-              "ff_in": (d_ff, d), "ff_out": (d, d_ff)}
+    shapes = {
+        "self_qkv": (3 * d, d),
+        "self_out": (d, d),
+        "cross_q": (d, d),
+        "cross_out": (d, d),
+        "ff_in": (d_ff, d),
+        "ff_out": (d, d_ff),
+    }
     for kind, layers in (("encoder", spec.encoder), ("decoder", spec.decoder)):
         for i, layer in enumerate(layers):
             for f in fields(layer):

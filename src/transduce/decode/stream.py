@@ -16,8 +16,9 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, TextIO
+from typing import TextIO
 
 from .document import Piece, paragraphs, split_paragraph
 
@@ -93,9 +94,15 @@ class StreamStats:
     seconds: float = 0.0  # in the translator
 
 
-def translate_stream(translate: Callable[[list[str]], list], units: Iterable[Unit], out: TextIO,
-                     render: Callable[[Unit, list, int], str], chunk: int = DEFAULT_CHUNK, name: str = "<stdin>",
-                     progress=None) -> StreamStats:
+def translate_stream(
+    translate: Callable[[list[str]], list],
+    units: Iterable[Unit],
+    out: TextIO,
+    render: Callable[[Unit, list, int], str],
+    chunk: int = DEFAULT_CHUNK,
+    name: str = "<stdin>",
+    progress=None,
+) -> StreamStats:
     """Translate ``units`` chunk by chunk with ``translate(sentences) -> results`` and write
     ``render(unit, its results, index of its first sentence)`` for each unit, flushing after each chunk.
 
@@ -115,8 +122,10 @@ def translate_stream(translate: Callable[[list[str]], list], units: Iterable[Uni
                 raise ValueError(f"{name}, lines {part[0].line}-{part[-1].line} ({e})") from None
         stats.seconds += time.perf_counter() - start
         for w in caught:
-            print(f"transduce translate: warning: {name}, lines {part[0].line}-{part[-1].line}: {w.message}",
-                  file=sys.stderr)
+            print(
+                f"transduce translate: warning: {name}, lines {part[0].line}-{part[-1].line}: {w.message}",
+                file=sys.stderr,
+            )
         k = stats.sentences
         for unit in part:
             n = len(unit.sentences)
@@ -127,8 +136,9 @@ def translate_stream(translate: Callable[[list[str]], list], units: Iterable[Uni
         stats.tokens += sum(_tokens(r) for r in results)
         if progress is not None:
             progress.update(part[-1].end - done_bytes)
-            progress.set_postfix_str(f"{stats.sentences} sent, {stats.tokens / max(stats.seconds, 1e-9):.0f} tok/s",
-                                     refresh=True)
+            progress.set_postfix_str(
+                f"{stats.sentences} sent, {stats.tokens / max(stats.seconds, 1e-9):.0f} tok/s", refresh=True
+            )
         done_bytes = part[-1].end
     return stats
 
@@ -145,5 +155,6 @@ def progress_bar(total: int | None):
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, dynamic_ncols=True,
-                desc="translate")
+    return tqdm(
+        total=total, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, dynamic_ncols=True, desc="translate"
+    )

@@ -23,7 +23,7 @@ class Glossary:
     ignore_case: bool = False
 
     @classmethod
-    def load(cls, path: str | Path, ignore_case: bool = False) -> "Glossary":
+    def load(cls, path: str | Path, ignore_case: bool = False) -> Glossary:
         """Read a TSV glossary; an error names the file and line of a malformed entry."""
         entries = []
         for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
@@ -38,8 +38,7 @@ class Glossary:
     def terms(self, sentence: str) -> list[str]:
         """Target terms of the entries whose source term occurs in ``sentence`` as whole words."""
         flags = re.IGNORECASE if self.ignore_case else 0
-        return [tgt for src, tgt in self.entries
-                if re.search(rf"(?<!\w){re.escape(src)}(?!\w)", sentence, flags)]
+        return [tgt for src, tgt in self.entries if re.search(rf"(?<!\w){re.escape(src)}(?!\w)", sentence, flags)]
 
 
 def continues_word(vocab, device) -> torch.Tensor:
@@ -48,10 +47,19 @@ def continues_word(vocab, device) -> torch.Tensor:
     return torch.tensor([not p.startswith("\u2581") and p[:1].isalnum() for p in pieces], device=device)
 
 
-def translate_with_terms(translator, sentences: list[str], constraints: list[list[str]] | None = None,
-                         prefixes: list[str | None] | None = None, glossary: Glossary | None = None,
-                         beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0, max_len_b: int = 50,
-                         truncate: bool = True, **options) -> list:
+def translate_with_terms(
+    translator,
+    sentences: list[str],
+    constraints: list[list[str]] | None = None,
+    prefixes: list[str | None] | None = None,
+    glossary: Glossary | None = None,
+    beam: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 50,
+    truncate: bool = True,
+    **options,
+) -> list:
     """Translate ``sentences`` so that sentence i's output contains every target term of
     ``constraints[i]`` (and of the glossary entries that match it) and starts with ``prefixes[i]``.
     Sentences with neither go through :meth:`Translator.translate` (batched) with ``options``.
@@ -69,9 +77,18 @@ def translate_with_terms(translator, sentences: list[str], constraints: list[lis
     scores = options.get("return_scores", False)
     out: list = [None] * n
     if plain:
-        for i, r in zip(plain, translator.translate([sentences[i] for i in plain], beam=beam, alpha=alpha,
-                                                    max_len_a=max_len_a, max_len_b=max_len_b, truncate=truncate,
-                                                    **options)):
+        for i, r in zip(
+            plain,
+            translator.translate(
+                [sentences[i] for i in plain],
+                beam=beam,
+                alpha=alpha,
+                max_len_a=max_len_a,
+                max_len_b=max_len_b,
+                truncate=truncate,
+                **options,
+            ),
+        ):
             out[i] = r
     tgt = translator.vocabs.tgt
     continues = continues_word(tgt, translator.device)
@@ -82,8 +99,9 @@ def translate_with_terms(translator, sentences: list[str], constraints: list[lis
         ids = [tgt.encode(term) for term in terms[i]]
         prefix = tgt.encode(prefixes[i]) if prefixes[i] else []
         src = sources[i] or [translator.config.eos_id]
-        hyp = constrained_search(translator.model, translator.tensor([src]), ids, prefix, beam, alpha, max_len_a,
-                                 max_len_b, continues)
+        hyp = constrained_search(
+            translator.model, translator.tensor([src]), ids, prefix, beam, alpha, max_len_a, max_len_b, continues
+        )
         text = tgt.decode(hyp.tokens)
         out[i] = Translation(text, hyp.tokens, hyp.logprob, hyp.score) if scores else text
     return out

@@ -73,8 +73,15 @@ class Translation:
 class Translator:
     """Holds a decoder (a model or an :class:`~transduce.decode.ensemble.Ensemble`) and vocabularies."""
 
-    def __init__(self, model, vocabs: Vocabs, device: str | torch.device = "cpu", meta: dict | None = None,
-                 channel=None, fast_paths: FastPaths | None = None):
+    def __init__(
+        self,
+        model,
+        vocabs: Vocabs,
+        device: str | torch.device = "cpu",
+        meta: dict | None = None,
+        channel=None,
+        fast_paths: FastPaths | None = None,
+    ):
         self.model, self.vocabs, self.device = model.eval(), vocabs, torch.device(device)
         # which decoding backend runs and why (transduce.fastpaths); None: the model as given
         self.fast_paths = fast_paths
@@ -99,12 +106,19 @@ class Translator:
             return []
         if target_lang not in langs:
             have = ", ".join(sorted(langs)[:20]) + (", ..." if len(langs) > 20 else "")
-            raise ValueError(f"target language {target_lang!r}: " + (f"this model knows {have}" if langs else
-                             "this model has no >>xx<< target-language tokens (it translates into one language)"))
+            raise ValueError(
+                f"target language {target_lang!r}: "
+                + (
+                    f"this model knows {have}"
+                    if langs
+                    else "this model has no >>xx<< target-language tokens (it translates into one language)"
+                )
+            )
         return [langs[target_lang]]
 
-    def encode_sources(self, sentences: list[str], truncate: bool = True,
-                       target_lang: str | None = None) -> list[list[int] | None]:
+    def encode_sources(
+        self, sentences: list[str], truncate: bool = True, target_lang: str | None = None
+    ) -> list[list[int] | None]:
         """Source ids + eos per sentence; ``None`` for an empty line. Overlong lines are cut
         to ``max_positions`` with one warning that counts them, or raise if ``truncate`` is False.
         ``target_lang``: a multilingual model's target language, as the ``>>code<<`` token before each source."""
@@ -118,19 +132,24 @@ class Translator:
                 continue
             if len(ids) + 1 > cfg.max_positions:
                 if not truncate:
-                    raise ValueError(f"input line {n + 1}: {len(ids) + 1} source tokens exceed the model's "
-                                     f"max_positions={cfg.max_positions}")
+                    raise ValueError(
+                        f"input line {n + 1}: {len(ids) + 1} source tokens exceed the model's "
+                        f"max_positions={cfg.max_positions}"
+                    )
                 cut.append(n + 1)
                 ids = ids[: cfg.max_positions - 1]
             out.append(ids + [cfg.eos_id])
         if cut:
-            warnings.warn(f"truncated {len(cut)} input line(s) longer than max_positions={cfg.max_positions} "
-                          f"source tokens (lines {', '.join(map(str, cut[:10]))}{', ...' if len(cut) > 10 else ''})",
-                          stacklevel=3)
+            warnings.warn(
+                f"truncated {len(cut)} input line(s) longer than max_positions={cfg.max_positions} "
+                f"source tokens (lines {', '.join(map(str, cut[:10]))}{', ...' if len(cut) > 10 else ''})",
+                stacklevel=3,
+            )
         return out
 
-    def batches(self, sources: list[list[int] | None], batch_tokens: int, batch_size: int | None,
-                sort: bool = True) -> list[list[int]]:
+    def batches(
+        self, sources: list[list[int] | None], batch_tokens: int, batch_size: int | None, sort: bool = True
+    ) -> list[list[int]]:
         """Indices of non-empty sources grouped into batches of one padded length each.
 
         ``batch_tokens`` bounds padded source tokens per batch, ``batch_size`` sentences.
@@ -158,12 +177,26 @@ class Translator:
         return torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.device)  # (B, width)
 
     # ---------------------------------------------------------------- translation
-    def translate(self, sentences: list[str], beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
-                  max_len_b: int = 50, nbest: int = 1, sample: SampleConfig | None = None,
-                  batch_tokens: int = 4096, batch_size: int | None = None, sort: bool = True,
-                  truncate: bool = True, return_scores: bool = False, mbr: MBRConfig | None = None,
-                  rerank: RerankConfig | None = None, target_lang: str | None = None,
-                  alignments: bool | str = False, alignment_layer: int | None = None) -> list:
+    def translate(
+        self,
+        sentences: list[str],
+        beam: int = 4,
+        alpha: float = 0.6,
+        max_len_a: float = 1.0,
+        max_len_b: int = 50,
+        nbest: int = 1,
+        sample: SampleConfig | None = None,
+        batch_tokens: int = 4096,
+        batch_size: int | None = None,
+        sort: bool = True,
+        truncate: bool = True,
+        return_scores: bool = False,
+        mbr: MBRConfig | None = None,
+        rerank: RerankConfig | None = None,
+        target_lang: str | None = None,
+        alignments: bool | str = False,
+        alignment_layer: int | None = None,
+    ) -> list:
         """Translate ``sentences`` (one per item); results come back in input order.
 
         Returns ``list[str]``; with ``nbest > 1`` a list of n-best lists; with
@@ -197,8 +230,7 @@ class Translator:
                 raise ValueError(f"reranking {rerank.candidates} candidates needs a beam of at least that, got {beam}")
             nbest = rerank.candidates
         sources = self.encode_sources(sentences, truncate, target_lang)
-        results = self.search(sources, beam, alpha, max_len_a, max_len_b, nbest, sample, batch_tokens,
-                              batch_size, sort)
+        results = self.search(sources, beam, alpha, max_len_a, max_len_b, nbest, sample, batch_tokens, batch_size, sort)
         if mbr is not None:
             results = [[hyps[self._mbr_pick(hyps, mbr)]] for hyps in results]
             nbest = 1
@@ -211,15 +243,31 @@ class Translator:
             from .align import align
 
             flat = [(n, t) for n, hyps in enumerate(out) for t in hyps]
-            pairs = align(self, [sources[n] for n, _ in flat], [t.tokens for _, t in flat], alignment_layer,
-                          batch_tokens, cover=alignments == "cover")
+            pairs = align(
+                self,
+                [sources[n] for n, _ in flat],
+                [t.tokens for _, t in flat],
+                alignment_layer,
+                batch_tokens,
+                cover=alignments == "cover",
+            )
             for (_, t), a in zip(flat, pairs):
                 t.alignment = a
         return [o[0] for o in out] if nbest == 1 else out
 
-    def search(self, sources: list[list[int] | None], beam: int = 4, alpha: float = 0.6, max_len_a: float = 1.0,
-               max_len_b: int = 50, nbest: int = 1, sample: SampleConfig | None = None, batch_tokens: int = 4096,
-               batch_size: int | None = None, sort: bool = True) -> list[list[Hypothesis]]:
+    def search(
+        self,
+        sources: list[list[int] | None],
+        beam: int = 4,
+        alpha: float = 0.6,
+        max_len_a: float = 1.0,
+        max_len_b: int = 50,
+        nbest: int = 1,
+        sample: SampleConfig | None = None,
+        batch_tokens: int = 4096,
+        batch_size: int | None = None,
+        sort: bool = True,
+    ) -> list[list[Hypothesis]]:
         """The n-best hypotheses (target ids) of each source (ids + eos, or None: an empty hypothesis),
         in input order; what :meth:`translate` runs between encoding and detokenising."""
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in sources]
@@ -234,8 +282,9 @@ class Translator:
                 results[i] = h
         return results
 
-    def channel_scores(self, sources: list[list[int] | None], nbest: list[list[Hypothesis]],
-                       batch_tokens: int = 4096) -> list[list[float]]:
+    def channel_scores(
+        self, sources: list[list[int] | None], nbest: list[list[Hypothesis]], batch_tokens: int = 4096
+    ) -> list[list[float]]:
         """log p(x | y) / (|x| + 1) under the channel model for each candidate y of each source x."""
         return rerank_.channel_scores(self.channel, sources, nbest, batch_tokens, self.device)
 
@@ -258,8 +307,9 @@ class Translator:
 
         return sentence_attention(self, sentence, beam=beam)
 
-    def reference_nll(self, sources: list[str], references: list[str], batch_tokens: int = 4096,
-                      model=None) -> tuple[float, int]:
+    def reference_nll(
+        self, sources: list[str], references: list[str], batch_tokens: int = 4096, model=None
+    ) -> tuple[float, int]:
         """Teacher-forced negative log-likelihood of ``references`` (sum, in nats) and its token
         count (target tokens + eos), for perplexity. Empty source lines are skipped."""
         model = model if model is not None else self.model
@@ -267,16 +317,19 @@ class Translator:
             raise ValueError("reference perplexity needs a single model, not an ensemble")
         cfg = self.config
         src = self.encode_sources(sources)
-        tgt = [[cfg.bos_id] + ids[: cfg.max_positions - 1] + [cfg.eos_id]
-               for ids in self.vocabs.tgt.encode_batch(references)]
+        tgt = [
+            [cfg.bos_id] + ids[: cfg.max_positions - 1] + [cfg.eos_id]
+            for ids in self.vocabs.tgt.encode_batch(references)
+        ]
         total, count = 0.0, 0
         for index in self.batches(src, batch_tokens, None):
             s = self.tensor([src[i] for i in index])
             width = max(len(tgt[i]) for i in index)
             t = torch.tensor([tgt[i] + [cfg.pad_id] * (width - len(tgt[i])) for i in index], device=self.device)
             logits = model(s, t[:, :-1]).float()  # (B, T, V)
-            nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), t[:, 1:], ignore_index=cfg.pad_id,
-                                                    reduction="sum")
+            nll = torch.nn.functional.cross_entropy(
+                logits.transpose(1, 2), t[:, 1:], ignore_index=cfg.pad_id, reduction="sum"
+            )
             total += nll.item()
             count += int((t[:, 1:] != cfg.pad_id).sum())
         return total, count

@@ -21,16 +21,16 @@ from ..data.vocab import Vocab, Vocabs
 from ..model import Transformer
 from .marian import SPECIALS, check_exportable
 
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
-                 "float32")
+QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
 def _require():
     try:
         import ctranslate2
     except ImportError as e:
-        raise ValueError("exporting to CTranslate2 needs the ctranslate2 package "
-                         "(pip install 'transduce[interop]')") from e
+        raise ValueError(
+            "exporting to CTranslate2 needs the ctranslate2 package (pip install 'transduce[interop]')"
+        ) from e
     return ctranslate2
 
 
@@ -43,8 +43,11 @@ def build_spec(model: Transformer, vocabs: Vocabs):
     check_exportable(cfg)
     w = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
     spec = transformer_spec.TransformerSpec.from_config(
-        (cfg.encoder_layers, cfg.decoder_layers), cfg.n_heads, pre_norm=False,
-        activation=common_spec.Activation.GELU if cfg.activation == "gelu" else common_spec.Activation.RELU)
+        (cfg.encoder_layers, cfg.decoder_layers),
+        cfg.n_heads,
+        pre_norm=False,
+        activation=common_spec.Activation.GELU if cfg.activation == "gelu" else common_spec.Activation.RELU,
+    )
     table = model.src_embed.positions.table.float().cpu().numpy()  # (max_positions, d_model), interleaved
 
     def linear(target, name: str) -> None:
@@ -98,8 +101,9 @@ def pieces(vocab: Vocab) -> list[str]:
     return [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
 
 
-def export_ctranslate2(model: Transformer, vocabs: Vocabs, out: str | Path, quantization: str | None = None,
-                       force: bool = True) -> Path:
+def export_ctranslate2(
+    model: Transformer, vocabs: Vocabs, out: str | Path, quantization: str | None = None, force: bool = True
+) -> Path:
     """Convert and save to ``out`` (``quantization``: None keeps float32, or e.g. ``int8``)."""
     ct2 = _require()
     if quantization is not None and quantization not in QUANTIZATIONS:
@@ -115,4 +119,3 @@ def export_ctranslate2(model: Transformer, vocabs: Vocabs, out: str | Path, quan
     vocabs.src.save(out / "source.spm")
     vocabs.tgt.save(out / "target.spm")
     return out
-

@@ -38,8 +38,9 @@ def resolve(source: str, cache_dir: Path = DEFAULT_MODEL_CACHE, revision: str | 
         return path
     if path.is_file():
         if not zipfile.is_zipfile(path):
-            raise ValueError(f"{path}: a file, but not a .zip release; give a model directory, a release .zip, "
-                             "a URL or a hub name")
+            raise ValueError(
+                f"{path}: a file, but not a .zip release; give a model directory, a release .zip, a URL or a hub name"
+            )
         return unzip(path, cache_dir / "releases" / path.stem)
     if re.match(r"^(https?|file)://", source):
         return unzip(download(source, cache_dir / "downloads"), cache_dir / "releases" / _url_stem(source))
@@ -64,14 +65,17 @@ def hub_snapshot(repo_id: str, cache_dir: Path, revision: str | None = None) -> 
     except ImportError as e:
         raise ValueError("downloading from the hub needs huggingface_hub (pip install 'transduce[interop]')") from e
     try:
-        return Path(snapshot_download(repo_id, revision=revision, cache_dir=str(cache_dir),
-                                      allow_patterns=HUB_FILES))
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=str(cache_dir), allow_patterns=HUB_FILES))
     except RepositoryNotFoundError:
-        raise FileNotFoundError(f"{repo_id}: no such repository on the HuggingFace hub (nor a local directory)") from None
+        raise FileNotFoundError(
+            f"{repo_id}: no such repository on the HuggingFace hub (nor a local directory)"
+        ) from None
     except LocalEntryNotFoundError:
-        raise FileNotFoundError(f"{repo_id}: no local directory of that name, not in the cache {cache_dir}, and the "
-                                "hub cannot be reached (offline, or HF_HUB_OFFLINE=1); import it where there is "
-                                "internet, or give the path of a downloaded copy") from None
+        raise FileNotFoundError(
+            f"{repo_id}: no local directory of that name, not in the cache {cache_dir}, and the "
+            "hub cannot be reached (offline, or HF_HUB_OFFLINE=1); import it where there is "
+            "internet, or give the path of a downloaded copy"
+        ) from None
     except (HfHubHTTPError, OSError) as e:
         raise ValueError(f"{repo_id}: download from the HuggingFace hub failed ({e})") from None
 

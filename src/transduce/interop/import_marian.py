@@ -20,8 +20,12 @@ from .marian import convert_release, read_marian_dir
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="MarianMT or native Marian directory, release .zip, URL, or hub name")
     parser.add_argument("--out", required=True, type=Path, help="transduce model directory to write")
-    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_MODEL_CACHE,
-                        help=f"where downloads are kept (default {DEFAULT_MODEL_CACHE})")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=DEFAULT_MODEL_CACHE,
+        help=f"where downloads are kept (default {DEFAULT_MODEL_CACHE})",
+    )
     parser.add_argument("--revision", help="hub only: a branch, tag or commit (default: main)")
 
 
@@ -42,13 +46,19 @@ def run(args: argparse.Namespace) -> int:
     model, vocabs, meta = import_model(args.source, args.cache_dir, args.revision)
     save_model_dir(args.out, model, vocabs, meta)
     cfg = model.config
-    print(f"wrote {args.out}: {cfg.encoder_layers}/{cfg.decoder_layers} layers, d_model={cfg.d_model}, "
-          f"vocab {cfg.vocab_size}/{cfg.target_vocab_size}, tie_embeddings={cfg.tie_embeddings}")
+    print(
+        f"wrote {args.out}: {cfg.encoder_layers}/{cfg.decoder_layers} layers, d_model={cfg.d_model}, "
+        f"vocab {cfg.vocab_size}/{cfg.target_vocab_size}, tie_embeddings={cfg.tie_embeddings}"
+    )
     if meta.get("target_langs"):
         langs = meta["target_langs"]
-        print(f"multilingual: {len(langs)} target languages ({', '.join(langs[:12])}{', ...' if len(langs) > 12 else ''});"
-              " choose one with `transduce translate --target-lang CODE`")
+        print(
+            f"multilingual: {len(langs)} target languages ({', '.join(langs[:12])}{', ...' if len(langs) > 12 else ''});"
+            " choose one with `transduce translate --target-lang CODE`"
+        )
     if meta["spm_pieces_without_id"]:
-        print(f"note: {meta['spm_pieces_without_id']} SentencePiece pieces have no id in the vocabulary "
-              "(Marian maps them to <unk>; transduce segments such text into smaller pieces)")
+        print(
+            f"note: {meta['spm_pieces_without_id']} SentencePiece pieces have no id in the vocabulary "
+            "(Marian maps them to <unk>; transduce segments such text into smaller pieces)"
+        )
     return 0

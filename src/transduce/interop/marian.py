@@ -157,8 +157,9 @@ def to_marian_state(model: Transformer) -> dict[str, torch.Tensor]:
     return hf
 
 
-def from_marian_state(hf: dict[str, torch.Tensor], cfg: ModelConfig, rows_src: torch.Tensor,
-                      rows_tgt: torch.Tensor, where: str) -> dict[str, torch.Tensor]:
+def from_marian_state(
+    hf: dict[str, torch.Tensor], cfg: ModelConfig, rows_src: torch.Tensor, rows_tgt: torch.Tensor, where: str
+) -> dict[str, torch.Tensor]:
     """MarianMTModel's state dict -> ours. ``rows_*[i]`` is the Marian id of our token i."""
     perm = interleave_to_halves(cfg.d_model)
     inv = torch.argsort(perm)  # ours[..., j] = hf[..., inv[j]]
@@ -179,8 +180,10 @@ def from_marian_state(hf: dict[str, torch.Tensor], cfg: ModelConfig, rows_src: t
     tgt = get("model.shared.weight" if shared else "model.decoder.embed_tokens.weight")
     for side, table, rows in (("source", src, rows_src), ("target", tgt, rows_tgt)):
         if int(rows.max()) >= table.size(0):
-            raise ConfigError(f"{where}: the {side} vocabulary has id {int(rows.max())} but the embedding "
-                              f"has {table.size(0)} rows (vocab.json and the weights do not match)")
+            raise ConfigError(
+                f"{where}: the {side} vocabulary has id {int(rows.max())} but the embedding "
+                f"has {table.size(0)} rows (vocab.json and the weights do not match)"
+            )
     ours["src_embed.token.weight"] = _permute(src.index_select(0, rows_src), "in", inv)
     ours["tgt_embed.token.weight"] = _permute(tgt.index_select(0, rows_tgt), "in", inv)
     ours["generator.weight"] = ours["tgt_embed.token.weight"]
@@ -228,23 +231,32 @@ def marian_config(cfg: ModelConfig) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- export
-def export_marian(model: Transformer, vocabs: Vocabs, out: str | Path, meta: dict[str, Any] | None = None, *,
-                  ids_only: bool = False) -> Path:
+def export_marian(
+    model: Transformer, vocabs: Vocabs, out: str | Path, meta: dict[str, Any] | None = None, *, ids_only: bool = False
+) -> Path:
     """Write a MarianMT directory that ``transformers`` loads offline (model + MarianTokenizer).
 
     ``ids_only=True`` also exports a lowercasing model, for callers that feed token ids to
     ``generate`` themselves (the decoding benchmark); its MarianTokenizer must then not be used on text.
     """
     if vocabs.lowercase and not ids_only:  # MarianTokenizer would feed cased text to a model that never saw any
-        raise ValueError("this model's vocabulary lowercases its input (prepare --lowercase), which "
-                         "MarianTokenizer cannot do: export a model prepared without --lowercase")
+        raise ValueError(
+            "this model's vocabulary lowercases its input (prepare --lowercase), which "
+            "MarianTokenizer cannot do: export a model prepared without --lowercase"
+        )
     cfg = model.config
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     save_file(to_marian_state(model), str(out / WEIGHTS), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(marian_config(cfg), indent=2) + "\n")
-    generation = {"decoder_start_token_id": cfg.bos_id, "eos_token_id": cfg.eos_id, "pad_token_id": cfg.pad_id,
-                  "forced_eos_token_id": cfg.eos_id, "max_length": cfg.max_positions, "num_beams": 4}
+    generation = {
+        "decoder_start_token_id": cfg.bos_id,
+        "eos_token_id": cfg.eos_id,
+        "pad_token_id": cfg.pad_id,
+        "forced_eos_token_id": cfg.eos_id,
+        "max_length": cfg.max_positions,
+        "num_beams": 4,
+    }
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     vocabs.src.save(out / "source.spm")
     vocabs.tgt.save(out / "target.spm")
@@ -255,12 +267,21 @@ def export_marian(model: Transformer, vocabs: Vocabs, out: str | Path, meta: dic
     else:
         (out / "target_vocab.json").unlink(missing_ok=True)  # left by an earlier export into ``out``
     meta = meta or {}
-    tokenizer = {"tokenizer_class": "MarianTokenizer", "source_lang": meta.get("src_lang"),
-                 "target_lang": meta.get("tgt_lang"), "unk_token": SPECIALS["unk"], "eos_token": SPECIALS["eos"],
-                 "pad_token": SPECIALS["pad"], "model_max_length": cfg.max_positions, "separate_vocabs": separate}
+    tokenizer = {
+        "tokenizer_class": "MarianTokenizer",
+        "source_lang": meta.get("src_lang"),
+        "target_lang": meta.get("tgt_lang"),
+        "unk_token": SPECIALS["unk"],
+        "eos_token": SPECIALS["eos"],
+        "pad_token": SPECIALS["pad"],
+        "model_max_length": cfg.max_positions,
+        "separate_vocabs": separate,
+    }
     _write_json(out / "tokenizer_config.json", tokenizer)
-    _write_json(out / "special_tokens_map.json", {"unk_token": SPECIALS["unk"], "eos_token": SPECIALS["eos"],
-                                                  "pad_token": SPECIALS["pad"]})
+    _write_json(
+        out / "special_tokens_map.json",
+        {"unk_token": SPECIALS["unk"], "eos_token": SPECIALS["eos"], "pad_token": SPECIALS["pad"]},
+    )
     return out
 
 
@@ -288,16 +309,25 @@ def config_from_marian(hf: dict[str, Any], where: str) -> tuple[dict[str, Any], 
     if hf.get("model_type") != "marian":
         raise ConfigError(f"{where}: model_type is {hf.get('model_type')!r}, not 'marian' (not a MarianMT directory)")
     if hf.get("scale_embedding", True) is not True:
-        raise ConfigError(f"{where}: key 'scale_embedding' is {hf.get('scale_embedding')!r}; "
-                          "transduce imports only True")
+        raise ConfigError(
+            f"{where}: key 'scale_embedding' is {hf.get('scale_embedding')!r}; transduce imports only True"
+        )
     activation = hf.get("activation_function", "relu")
     if activation not in ("relu", "gelu"):
         raise ConfigError(f"{where}: key 'activation_function' is {activation!r}; transduce imports 'relu' or 'gelu'")
     for key in ("normalize_before", "normalize_embedding", "add_final_layer_norm"):
         if hf.get(key):
             raise ConfigError(f"{where}: key {key!r} is true; transduce imports post-norm Marian models only")
-    for key in ("d_model", "encoder_layers", "decoder_layers", "encoder_ffn_dim", "encoder_attention_heads",
-                "vocab_size", "pad_token_id", "eos_token_id"):
+    for key in (
+        "d_model",
+        "encoder_layers",
+        "decoder_layers",
+        "encoder_ffn_dim",
+        "encoder_attention_heads",
+        "vocab_size",
+        "pad_token_id",
+        "eos_token_id",
+    ):
         if not isinstance(hf.get(key), (int, list)):
             raise ConfigError(f"{where}: key {key!r} is missing or not an integer")
     for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")):
@@ -308,10 +338,15 @@ def config_from_marian(hf: dict[str, Any], where: str) -> tuple[dict[str, Any], 
     else:
         tie = "target" if hf.get("tie_word_embeddings", True) else "none"
     fields = dict(
-        encoder_layers=hf["encoder_layers"], decoder_layers=hf["decoder_layers"], d_model=hf["d_model"],
-        d_ff=hf["encoder_ffn_dim"], n_heads=hf["encoder_attention_heads"],
-        dropout=float(hf.get("dropout", 0.1)), attention_dropout=float(hf.get("attention_dropout", 0.0)),
-        activation_dropout=float(hf.get("activation_dropout", 0.0)), activation=activation,
+        encoder_layers=hf["encoder_layers"],
+        decoder_layers=hf["decoder_layers"],
+        d_model=hf["d_model"],
+        d_ff=hf["encoder_ffn_dim"],
+        n_heads=hf["encoder_attention_heads"],
+        dropout=float(hf.get("dropout", 0.1)),
+        attention_dropout=float(hf.get("attention_dropout", 0.0)),
+        activation_dropout=float(hf.get("activation_dropout", 0.0)),
+        activation=activation,
         max_positions=int(hf.get("max_position_embeddings", 1024)),
     )
     return fields, tie
@@ -330,10 +365,12 @@ def reorder_spm(proto_bytes: bytes, order: list[str], where: str) -> tuple[bytes
     except Exception as e:  # protobuf's DecodeError
         raise ConfigError(f"{where}: not a SentencePiece model ({e})") from None
     old = {p.piece: p for p in model.pieces}
-    kinds = {SPECIALS["pad"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
-             SPECIALS["unk"]: spm_pb2.ModelProto.SentencePiece.UNKNOWN,
-             SPECIALS["bos"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
-             SPECIALS["eos"]: spm_pb2.ModelProto.SentencePiece.CONTROL}
+    kinds = {
+        SPECIALS["pad"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
+        SPECIALS["unk"]: spm_pb2.ModelProto.SentencePiece.UNKNOWN,
+        SPECIALS["bos"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
+        SPECIALS["eos"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
+    }
     new = spm_pb2.ModelProto()
     new.CopyFrom(model)
     del new.pieces[:]
@@ -349,15 +386,24 @@ def reorder_spm(proto_bytes: bytes, order: list[str], where: str) -> tuple[bytes
         if piece in kinds and p.type != kinds[piece]:
             p.type = kinds[piece]
     spec = new.trainer_spec
-    wanted_spec = dict(pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID, vocab_size=len(order),
-                       pad_piece=SPECIALS["pad"], unk_piece=SPECIALS["unk"], bos_piece=SPECIALS["bos"],
-                       eos_piece=SPECIALS["eos"])
+    wanted_spec = dict(
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        vocab_size=len(order),
+        pad_piece=SPECIALS["pad"],
+        unk_piece=SPECIALS["unk"],
+        bos_piece=SPECIALS["bos"],
+        eos_piece=SPECIALS["eos"],
+    )
     for field, value in wanted_spec.items():  # only what differs, so an unchanged model stays byte-identical
         if getattr(spec, field) != value:
             setattr(spec, field, value)
     wanted = set(order)
-    dropped = [p.piece for p in model.pieces
-               if p.piece not in wanted and p.type == spm_pb2.ModelProto.SentencePiece.NORMAL]
+    dropped = [
+        p.piece for p in model.pieces if p.piece not in wanted and p.type == spm_pb2.ModelProto.SentencePiece.NORMAL
+    ]
     return new.SerializeToString(), dropped
 
 
@@ -420,14 +466,30 @@ def read_marian_dir(hf_dir: str | Path) -> MarianRelease:
     if not weights.is_file():
         pickled = [p.name for p in hf_dir.glob("*.bin")]
         also = f"; {pickled[0]} is a pickle, which transduce never loads" if pickled else ""
-        raise FileNotFoundError(f"{weights}: missing (transduce imports safetensors weights only{also}; "
-                                "download the repository's model.safetensors)")
-    where = {"config": str(hf_dir / "config.json"), "src_vocab": str(hf_dir / "vocab.json"),
-             "tgt_vocab": str(hf_dir / tgt_name), "source.spm": str(hf_dir / "source.spm"),
-             "target.spm": str(hf_dir / "target.spm"), "weights": str(weights)}
-    return MarianRelease(hf_dir, hf_cfg, src_vocab, tgt_vocab, spm["source.spm"], spm["target.spm"],
-                         read_safetensors(weights, FIX), where, tok.get("source_lang") or "",
-                         tok.get("target_lang") or "")
+        raise FileNotFoundError(
+            f"{weights}: missing (transduce imports safetensors weights only{also}; "
+            "download the repository's model.safetensors)"
+        )
+    where = {
+        "config": str(hf_dir / "config.json"),
+        "src_vocab": str(hf_dir / "vocab.json"),
+        "tgt_vocab": str(hf_dir / tgt_name),
+        "source.spm": str(hf_dir / "source.spm"),
+        "target.spm": str(hf_dir / "target.spm"),
+        "weights": str(weights),
+    }
+    return MarianRelease(
+        hf_dir,
+        hf_cfg,
+        src_vocab,
+        tgt_vocab,
+        spm["source.spm"],
+        spm["target.spm"],
+        read_safetensors(weights, FIX),
+        where,
+        tok.get("source_lang") or "",
+        tok.get("target_lang") or "",
+    )
 
 
 def import_marian(hf_dir: str | Path) -> tuple[Transformer, Vocabs, dict[str, Any]]:
@@ -453,13 +515,19 @@ def convert_release(release: MarianRelease) -> tuple[Transformer, Vocabs, dict[s
     vocabs = Vocabs(src, src) if same else Vocabs(src, Vocab(tgt_proto))
     # Marian's shared matrix with two SentencePiece models becomes two equal tables tied on the target side.
     tie_cfg = "all" if tie == "all" and same else ("none" if tie == "none" else "target")
-    cfg = ModelConfig(**fields, vocab_size=len(src_order), tie_embeddings=tie_cfg,
-                      tgt_vocab_size=None if tie_cfg == "all" else len(tgt_order))
+    cfg = ModelConfig(
+        **fields,
+        vocab_size=len(src_order),
+        tie_embeddings=tie_cfg,
+        tgt_vocab_size=None if tie_cfg == "all" else len(tgt_order),
+    )
     tensors, weights = release.tensors, where["weights"]
     embedding = tensors.get("model.shared.weight", tensors.get("model.encoder.embed_tokens.weight"))
     if embedding is not None and embedding.size(0) != hf_cfg["vocab_size"]:
-        raise ConfigError(f"{weights}: the embedding has {embedding.size(0)} rows but "
-                          f"{where['config']} says vocab_size={hf_cfg['vocab_size']}")
+        raise ConfigError(
+            f"{weights}: the embedding has {embedding.size(0)} rows but "
+            f"{where['config']} says vocab_size={hf_cfg['vocab_size']}"
+        )
     state = from_marian_state(tensors, cfg, src_rows, tgt_rows, weights)
     model = Transformer(cfg)
     expected = set(model.state_dict())
@@ -468,12 +536,17 @@ def convert_release(release: MarianRelease) -> tuple[Transformer, Vocabs, dict[s
         raise ConfigError(f"{weights}: cannot fill {missing[:3]} from the file")
     for name, tensor in state.items():
         if name in expected and model.state_dict()[name].shape != tensor.shape:
-            raise ConfigError(f"{weights}: tensor for {name} has shape {tuple(tensor.shape)}, {where['config']} "
-                              f"implies {tuple(model.state_dict()[name].shape)}")
+            raise ConfigError(
+                f"{weights}: tensor for {name} has shape {tuple(tensor.shape)}, {where['config']} "
+                f"implies {tuple(model.state_dict()[name].shape)}"
+            )
     model.load_state_dict(state, strict=False)
-    meta = {"imported_from": str(release.origin.resolve()), "src_lang": release.src_lang,
-            "tgt_lang": release.tgt_lang,
-            "spm_pieces_without_id": len(src_dropped) + (0 if same else len(tgt_dropped))}
+    meta = {
+        "imported_from": str(release.origin.resolve()),
+        "src_lang": release.src_lang,
+        "tgt_lang": release.tgt_lang,
+        "spm_pieces_without_id": len(src_dropped) + (0 if same else len(tgt_dropped)),
+    }
     langs = language_tokens(vocabs.src)
     if langs:
         meta["target_langs"] = sorted(langs)

@@ -33,25 +33,45 @@ CONFIG_KEY = "special:model.yml"
 FIX = "download the release again (its .zip holds the .npz, decoder.yml, *.vocab.yml, source.spm, target.spm)"
 # Marian's per-layer tensor suffix -> MarianMT's name inside ``model.{encoder,decoder}.layers.N``
 LAYER_NAMES = {
-    "self_Wq": "self_attn.q_proj.weight", "self_bq": "self_attn.q_proj.bias",
-    "self_Wk": "self_attn.k_proj.weight", "self_bk": "self_attn.k_proj.bias",
-    "self_Wv": "self_attn.v_proj.weight", "self_bv": "self_attn.v_proj.bias",
-    "self_Wo": "self_attn.out_proj.weight", "self_bo": "self_attn.out_proj.bias",
-    "self_Wo_ln_scale": "self_attn_layer_norm.weight", "self_Wo_ln_bias": "self_attn_layer_norm.bias",
-    "ffn_W1": "fc1.weight", "ffn_b1": "fc1.bias", "ffn_W2": "fc2.weight", "ffn_b2": "fc2.bias",
-    "ffn_ffn_ln_scale": "final_layer_norm.weight", "ffn_ffn_ln_bias": "final_layer_norm.bias",
-    "context_Wq": "encoder_attn.q_proj.weight", "context_bq": "encoder_attn.q_proj.bias",
-    "context_Wk": "encoder_attn.k_proj.weight", "context_bk": "encoder_attn.k_proj.bias",
-    "context_Wv": "encoder_attn.v_proj.weight", "context_bv": "encoder_attn.v_proj.bias",
-    "context_Wo": "encoder_attn.out_proj.weight", "context_bo": "encoder_attn.out_proj.bias",
-    "context_Wo_ln_scale": "encoder_attn_layer_norm.weight", "context_Wo_ln_bias": "encoder_attn_layer_norm.bias",
+    "self_Wq": "self_attn.q_proj.weight",
+    "self_bq": "self_attn.q_proj.bias",
+    "self_Wk": "self_attn.k_proj.weight",
+    "self_bk": "self_attn.k_proj.bias",
+    "self_Wv": "self_attn.v_proj.weight",
+    "self_bv": "self_attn.v_proj.bias",
+    "self_Wo": "self_attn.out_proj.weight",
+    "self_bo": "self_attn.out_proj.bias",
+    "self_Wo_ln_scale": "self_attn_layer_norm.weight",
+    "self_Wo_ln_bias": "self_attn_layer_norm.bias",
+    "ffn_W1": "fc1.weight",
+    "ffn_b1": "fc1.bias",
+    "ffn_W2": "fc2.weight",
+    "ffn_b2": "fc2.bias",
+    "ffn_ffn_ln_scale": "final_layer_norm.weight",
+    "ffn_ffn_ln_bias": "final_layer_norm.bias",
+    "context_Wq": "encoder_attn.q_proj.weight",
+    "context_bq": "encoder_attn.q_proj.bias",
+    "context_Wk": "encoder_attn.k_proj.weight",
+    "context_bk": "encoder_attn.k_proj.bias",
+    "context_Wv": "encoder_attn.v_proj.weight",
+    "context_bv": "encoder_attn.v_proj.bias",
+    "context_Wo": "encoder_attn.out_proj.weight",
+    "context_bo": "encoder_attn.out_proj.bias",
+    "context_Wo_ln_scale": "encoder_attn_layer_norm.weight",
+    "context_Wo_ln_bias": "encoder_attn_layer_norm.bias",
 }
 # model.yml settings that must hold for the paper's post-norm Transformer (key -> accepted values)
 REQUIRED = {
-    "type": ("transformer",), "transformer-preprocess": ("",), "transformer-postprocess": ("dan",),
-    "transformer-postprocess-emb": ("d",), "transformer-ffn-depth": (2,), "right-left": (False,),
-    "transformer-train-position-embeddings": (False,), "layer-normalization": (False,),
-    "transformer-no-projection": (False,), "transformer-decoder-autoreg": ("self-attention",),
+    "type": ("transformer",),
+    "transformer-preprocess": ("",),
+    "transformer-postprocess": ("dan",),
+    "transformer-postprocess-emb": ("d",),
+    "transformer-ffn-depth": (2,),
+    "right-left": (False,),
+    "transformer-train-position-embeddings": (False,),
+    "layer-normalization": (False,),
+    "transformer-no-projection": (False,),
+    "transformer-decoder-autoreg": ("self-attention",),
     "transformer-tied-layers": ([],),
 }
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}
@@ -93,28 +113,40 @@ def _model_yml(arrays: dict[str, np.ndarray], where: str) -> dict[str, Any]:
     return cfg
 
 
-def marian_config(cfg: dict[str, Any], vocab_sizes: tuple[int, int], pad: int, eos: int,
-                  where: str) -> dict[str, Any]:
+def marian_config(cfg: dict[str, Any], vocab_sizes: tuple[int, int], pad: int, eos: int, where: str) -> dict[str, Any]:
     """MarianMT's config.json fields for a model.yml; raises naming the first setting transduce cannot run."""
     for key, accepted in REQUIRED.items():
         if key in cfg and cfg[key] not in accepted:
-            raise ConfigError(f"{where}: key {key!r} is {cfg[key]!r}; transduce imports {accepted[0]!r} only "
-                              "(the paper's post-norm Transformer)")
+            raise ConfigError(
+                f"{where}: key {key!r} is {cfg[key]!r}; transduce imports {accepted[0]!r} only "
+                "(the paper's post-norm Transformer)"
+            )
     activation = cfg.get("transformer-ffn-activation", "relu")
     if activation not in ACTIVATIONS:
-        raise ConfigError(f"{where}: key 'transformer-ffn-activation' is {activation!r}; transduce imports "
-                          f"{' or '.join(map(repr, ACTIVATIONS))}")
+        raise ConfigError(
+            f"{where}: key 'transformer-ffn-activation' is {activation!r}; transduce imports "
+            f"{' or '.join(map(repr, ACTIVATIONS))}"
+        )
     for key in ("dim-emb", "enc-depth", "dec-depth", "transformer-heads", "transformer-dim-ffn"):
         if not isinstance(cfg.get(key), int):
             raise ConfigError(f"{where}: key {key!r} is missing or not an integer")
     tied_all = bool(cfg.get("tied-embeddings-all", False))
     return {
-        "model_type": "marian", "d_model": cfg["dim-emb"], "encoder_layers": cfg["enc-depth"],
-        "decoder_layers": cfg["dec-depth"], "encoder_attention_heads": cfg["transformer-heads"],
-        "decoder_attention_heads": cfg["transformer-heads"], "encoder_ffn_dim": cfg["transformer-dim-ffn"],
-        "decoder_ffn_dim": cfg["transformer-dim-ffn"], "activation_function": ACTIVATIONS[activation],
-        "vocab_size": vocab_sizes[0], "decoder_vocab_size": vocab_sizes[1], "pad_token_id": pad,
-        "eos_token_id": eos, "decoder_start_token_id": pad, "scale_embedding": True,
+        "model_type": "marian",
+        "d_model": cfg["dim-emb"],
+        "encoder_layers": cfg["enc-depth"],
+        "decoder_layers": cfg["dec-depth"],
+        "encoder_attention_heads": cfg["transformer-heads"],
+        "decoder_attention_heads": cfg["transformer-heads"],
+        "encoder_ffn_dim": cfg["transformer-dim-ffn"],
+        "decoder_ffn_dim": cfg["transformer-dim-ffn"],
+        "activation_function": ACTIVATIONS[activation],
+        "vocab_size": vocab_sizes[0],
+        "decoder_vocab_size": vocab_sizes[1],
+        "pad_token_id": pad,
+        "eos_token_id": eos,
+        "decoder_start_token_id": pad,
+        "scale_embedding": True,
         "share_encoder_decoder_embeddings": tied_all or bool(cfg.get("tied-embeddings-src", False)),
         "tie_word_embeddings": tied_all or bool(cfg.get("tied-embeddings", False)),
         "dropout": float(cfg.get("transformer-dropout", 0.1)),
@@ -160,8 +192,10 @@ def marian_tensors(arrays: dict[str, np.ndarray], hf_cfg: dict[str, Any], where:
         bias = take("decoder_ff_logit_out_b").reshape(1, -1)  # (1, V)
         out["final_logits_bias"] = torch.from_numpy(np.concatenate([bias, np.zeros((1, 1), np.float32)], axis=1))
     if left:
-        raise ConfigError(f"{where}: tensors transduce cannot place: {sorted(left)[:5]} (a Marian architecture "
-                          "other than the paper's Transformer?)")
+        raise ConfigError(
+            f"{where}: tensors transduce cannot place: {sorted(left)[:5]} (a Marian architecture "
+            "other than the paper's Transformer?)"
+        )
     return out
 
 
@@ -185,8 +219,10 @@ def _decoder_files(directory: Path) -> tuple[Path, list[Path]]:
         raise ConfigError(f"{decoder}: not a YAML mapping")
     models = settings.get("models") or sorted(p.name for p in directory.glob("*.npz"))
     if len(models) != 1:
-        raise ConfigError(f"{decoder if decoder.is_file() else directory}: expected one .npz model, found "
-                          f"{len(models)} ({', '.join(map(str, models)) or 'none'}); transduce imports one model")
+        raise ConfigError(
+            f"{decoder if decoder.is_file() else directory}: expected one .npz model, found "
+            f"{len(models)} ({', '.join(map(str, models)) or 'none'}); transduce imports one model"
+        )
     vocabs = settings.get("vocabs") or sorted(p.name for p in directory.glob("*.vocab.yml"))[:1] * 2
     if len(vocabs) != 2:
         raise ConfigError(f"{decoder}: key 'vocabs' should name two files (source, target), got {vocabs!r}")
@@ -210,15 +246,21 @@ def read_native_release(directory: str | Path) -> MarianRelease:
     arrays = read_npz(weights, FIX)
     cfg = _model_yml(arrays, str(weights))
     if src_vocab[SPECIALS["pad"]] != tgt_vocab[SPECIALS["pad"]]:
-        raise ConfigError(f"{src_path}, {tgt_path}: source and target vocabularies of different sizes; "
-                          "transduce imports Marian models whose vocabularies have one size")
+        raise ConfigError(
+            f"{src_path}, {tgt_path}: source and target vocabularies of different sizes; "
+            "transduce imports Marian models whose vocabularies have one size"
+        )
     pad, eos = src_vocab[SPECIALS["pad"]], src_vocab[SPECIALS["eos"]]
     if tgt_vocab[SPECIALS["eos"]] != eos:
         raise ConfigError(f"{tgt_path}: '</s>' has id {tgt_vocab[SPECIALS['eos']]}, the source's has {eos}")
     hf_cfg = marian_config(cfg, (pad + 1, pad + 1), pad, eos, f"{weights} [{CONFIG_KEY}]")
     tensors = marian_tensors(arrays, hf_cfg, str(weights))
-    where = {"config": f"{weights} [{CONFIG_KEY}]", "src_vocab": str(src_path), "tgt_vocab": str(tgt_path),
-             "source.spm": str(directory / "source.spm"), "target.spm": str(directory / "target.spm"),
-             "weights": str(weights)}
-    return MarianRelease(directory, hf_cfg, src_vocab, tgt_vocab, spm["source.spm"], spm["target.spm"], tensors,
-                         where)
+    where = {
+        "config": f"{weights} [{CONFIG_KEY}]",
+        "src_vocab": str(src_path),
+        "tgt_vocab": str(tgt_path),
+        "source.spm": str(directory / "source.spm"),
+        "target.spm": str(directory / "target.spm"),
+        "weights": str(weights),
+    }
+    return MarianRelease(directory, hf_cfg, src_vocab, tgt_vocab, spm["source.spm"], spm["target.spm"], tensors, where)

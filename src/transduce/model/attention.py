@@ -42,7 +42,11 @@ def _guard_empty_rows(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None
 
 
 def attention_reference(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    scale: float | None = None,
     dropout: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """softmax(Q Kᵀ · scale) V, written out (§3.2.1, Eq. 1).
@@ -93,8 +97,9 @@ def softmax_last(x: Tensor) -> Tensor:
     return torch.softmax(x, dim=-1)
 
 
-def _softmax_and_mix(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float,
-                     short_rows: bool = False) -> tuple[Tensor, Tensor]:
+def _softmax_and_mix(
+    scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float, short_rows: bool = False
+) -> tuple[Tensor, Tensor]:
     """``short_rows``: :func:`softmax_last` (training), else ``torch.softmax``, whose rounding the C++
     decoder step reproduces bit for bit (``decode/native_step.cpp``)."""
     safe, empty = _guard_empty_rows(mask)
@@ -109,8 +114,9 @@ def _softmax_and_mix(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: fl
     return torch.matmul(weights, v), weights  # (B, h, T_q, d_v)
 
 
-def attention_written_out(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None,
-                          dropout: float = 0.0) -> Tensor:
+def attention_written_out(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None, dropout: float = 0.0
+) -> Tensor:
     """:func:`attention_reference`'s formula with the scores Q Kᵀ computed in fp32 (as SDPA's math
     kernel does) whatever the autocast dtype; softmax in fp32, the weights mix V in V's dtype.
     q (B, h, T_q, d_k), k/v (B, h, T_k, d_k) -> (B, h, T_q, d_k)."""
@@ -121,8 +127,13 @@ def attention_written_out(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None =
 
 
 def attention_fast(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None,
-    dropout: float = 0.0, is_causal: bool = False,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    scale: float | None = None,
+    dropout: float = 0.0,
+    is_causal: bool = False,
 ) -> Tensor:
     """Same result as :func:`attention_reference` through the fused SDPA kernel.
 
@@ -167,8 +178,9 @@ class MultiHeadAttention(nn.Module):
     comparison) or ``"additive"``.
     """
 
-    def __init__(self, d_model: int, n_heads: int, *, self_attention: bool, kind: str = "scaled_dot",
-                 dropout: float = 0.0):
+    def __init__(
+        self, d_model: int, n_heads: int, *, self_attention: bool, kind: str = "scaled_dot", dropout: float = 0.0
+    ):
         super().__init__()
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
@@ -199,8 +211,9 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, d_model) each
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False,
-               step: bool = False) -> Tensor:
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False, step: bool = False
+    ) -> Tensor:
         """Heads in, W^O out: q (B, h, T_q, d_k), k/v (B, h, T_k, d_k) -> (B, T_q, d_model).
 
         ``step``: an incremental-decoding step, which takes the reference formula on CPU (module docstring).
@@ -225,8 +238,9 @@ class MultiHeadAttention(nn.Module):
         out = out.transpose(1, 2).reshape(B, T, h * d_k)  # (B, T_q, d_model)
         return self.out_proj(out)
 
-    def forward(self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None,
-                is_causal: bool = False) -> Tensor:
+    def forward(
+        self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, is_causal: bool = False
+    ) -> Tensor:
         """Full-sequence attention (training, encoding).
 
         x: (B, T, d_model); memory: (B, S, d_model) for encoder–decoder attention.

@@ -54,8 +54,16 @@ class Embeddings(nn.Module):
     projection (three-way tying, §3.4): pass the other's ``token`` module.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int, positions: nn.Module,
-                 dropout: float, scale: bool = True, token: nn.Embedding | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        pad_id: int,
+        positions: nn.Module,
+        dropout: float,
+        scale: bool = True,
+        token: nn.Embedding | None = None,
+    ):
         super().__init__()
         if token is None:
             token = nn.Embedding(vocab_size, d_model, padding_idx=pad_id)

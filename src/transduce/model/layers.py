@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torch import Tensor, nn
 
@@ -37,8 +37,9 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, self_attention=True,
-                                            kind=cfg.attention, dropout=cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(
+            cfg.d_model, cfg.n_heads, self_attention=True, kind=cfg.attention, dropout=cfg.attention_dropout
+        )
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.res_attn = Residual(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
         self.res_ff = Residual(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
@@ -54,10 +55,12 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, self_attention=True,
-                                            kind=cfg.attention, dropout=cfg.attention_dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, self_attention=False,
-                                             kind=cfg.attention, dropout=cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(
+            cfg.d_model, cfg.n_heads, self_attention=True, kind=cfg.attention, dropout=cfg.attention_dropout
+        )
+        self.cross_attn = MultiHeadAttention(
+            cfg.d_model, cfg.n_heads, self_attention=False, kind=cfg.attention, dropout=cfg.attention_dropout
+        )
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.res_self = Residual(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
         self.res_cross = Residual(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
@@ -73,8 +76,7 @@ class DecoderLayer(nn.Module):
         x = self.res_cross(x, lambda h: self.cross_attn(h, memory=memory, mask=memory_mask))
         return self.res_ff(x, self.ff)
 
-    def step(self, x: Tensor, cache: LayerCache, self_mask: Tensor | None, memory_mask: Tensor,
-             beam: int) -> Tensor:
+    def step(self, x: Tensor, cache: LayerCache, self_mask: Tensor | None, memory_mask: Tensor, beam: int) -> Tensor:
         """One incremental step. x: (N, 1, d_model) with N = B·beam rows, beams of a sentence adjacent.
 
         Self-attention appends this step's key/value to the cache, so the step costs O(t).

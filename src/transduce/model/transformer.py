@@ -84,11 +84,11 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = cfg = config
         src_pos, tgt_pos = self._positions(cfg)
-        self.src_embed = Embeddings(cfg.vocab_size, cfg.d_model, cfg.pad_id, src_pos, cfg.dropout,
-                                    cfg.scale_embeddings)
+        self.src_embed = Embeddings(cfg.vocab_size, cfg.d_model, cfg.pad_id, src_pos, cfg.dropout, cfg.scale_embeddings)
         shared = self.src_embed.token if cfg.tie_embeddings == "all" else None
-        self.tgt_embed = Embeddings(cfg.target_vocab_size, cfg.d_model, cfg.pad_id, tgt_pos, cfg.dropout,
-                                    cfg.scale_embeddings, token=shared)
+        self.tgt_embed = Embeddings(
+            cfg.target_vocab_size, cfg.d_model, cfg.pad_id, tgt_pos, cfg.dropout, cfg.scale_embeddings, token=shared
+        )
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.generator = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=False)

@@ -36,5 +36,9 @@ def word_alignment(maps) -> dict:
         rows = cross[t0:t1]  # (pieces of word j, S)
         for i, (_, s0, s1) in enumerate(src):
             weights[j, i] = rows[:, s0:s1].sum(axis=1).mean()
-    return {"translation": maps.translation, "source_words": [w for w, _, _ in src],
-            "target_words": [w for w, _, _ in tgt], "weights": np.round(weights, 4).tolist()}
+    return {
+        "translation": maps.translation,
+        "source_words": [w for w, _, _ in src],
+        "target_words": [w for w, _, _ in tgt],
+        "weights": np.round(weights, 4).tolist(),
+    }

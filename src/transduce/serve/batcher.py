@@ -16,9 +16,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Hashable
+from typing import Any
 
 
 @dataclass
@@ -42,8 +43,9 @@ class Stats:
 class Batcher:
     """``submit`` jobs from any thread; ``translate(sentences, key) -> list`` runs on the worker."""
 
-    def __init__(self, translate, wait_s: float = 0.005, batch_tokens: int = 4096, max_requests: int = 64,
-                 on_batch=None):
+    def __init__(
+        self, translate, wait_s: float = 0.005, batch_tokens: int = 4096, max_requests: int = 64, on_batch=None
+    ):
         self.translate, self.wait_s, self.on_batch = translate, wait_s, on_batch  # on_batch(requests, sentences)
         self.batch_tokens, self.max_requests = batch_tokens, max_requests
         self.stats = Stats()

@@ -124,13 +124,19 @@ class Access:
                 raise Denied(403, "invalid API key")
             wait = self.limiter.allow(key.label, key.per_minute)
             if wait:
-                raise Denied(429, f"request limit of {key.per_minute} per minute reached for this API key; "
-                                  f"retry in {wait:.1f} s", wait)
+                raise Denied(
+                    429,
+                    f"request limit of {key.per_minute} per minute reached for this API key; retry in {wait:.1f} s",
+                    wait,
+                )
             return key.label
         if self.require == "always" or (self.require == "remote" and not is_loopback(client_host)):
             raise Denied(403, "an API key is required: send api_key (or the X-API-Key header)")
         wait = self.limiter.allow(f"addr-{client_host}", self.anonymous_limit)
         if wait:
-            raise Denied(429, f"request limit of {self.anonymous_limit} per minute without an API key reached; "
-                              f"retry in {wait:.1f} s", wait)
+            raise Denied(
+                429,
+                f"request limit of {self.anonymous_limit} per minute without an API key reached; retry in {wait:.1f} s",
+                wait,
+            )
         return "anonymous"

@@ -32,13 +32,44 @@ except ImportError:  # not in this build: format=html answers 400
     translate_html = None
 
 NAMES = {
-    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish", "de": "German",
-    "el": "Greek", "en": "English", "eo": "Esperanto", "es": "Spanish", "et": "Estonian", "fa": "Persian",
-    "fi": "Finnish", "fr": "French", "ga": "Irish", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian",
-    "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean", "lt": "Lithuanian", "lv": "Latvian",
-    "nb": "Norwegian Bokmål", "nl": "Dutch", "pl": "Polish", "pt": "Portuguese", "ro": "Romanian",
-    "ru": "Russian", "sk": "Slovak", "sl": "Slovenian", "sv": "Swedish", "th": "Thai", "tr": "Turkish",
-    "uk": "Ukrainian", "vi": "Vietnamese", "zh": "Chinese",
+    "ar": "Arabic",
+    "bg": "Bulgarian",
+    "ca": "Catalan",
+    "cs": "Czech",
+    "da": "Danish",
+    "de": "German",
+    "el": "Greek",
+    "en": "English",
+    "eo": "Esperanto",
+    "es": "Spanish",
+    "et": "Estonian",
+    "fa": "Persian",
+    "fi": "Finnish",
+    "fr": "French",
+    "ga": "Irish",
+    "he": "Hebrew",
+    "hi": "Hindi",
+    "hu": "Hungarian",
+    "id": "Indonesian",
+    "it": "Italian",
+    "ja": "Japanese",
+    "ko": "Korean",
+    "lt": "Lithuanian",
+    "lv": "Latvian",
+    "nb": "Norwegian Bokmål",
+    "nl": "Dutch",
+    "pl": "Polish",
+    "pt": "Portuguese",
+    "ro": "Romanian",
+    "ru": "Russian",
+    "sk": "Slovak",
+    "sl": "Slovenian",
+    "sv": "Swedish",
+    "th": "Thai",
+    "tr": "Turkish",
+    "uk": "Ukrainian",
+    "vi": "Vietnamese",
+    "zh": "Chinese",
 }
 FIELDS = {"q", "source", "target", "format", "alternatives", "api_key"}
 
@@ -73,8 +104,9 @@ async def read_fields(request: Request) -> dict[str, Any]:
 def languages(service: Service) -> list[dict]:
     specs = service.pool.specs.values()
     codes = sorted(({s.source for s in specs} | {s.target for s in specs}) - {""})  # "": a model without [meta]
-    return [{"code": c, "name": NAMES.get(c, c), "targets": sorted(s.target for s in specs if s.source == c)}
-            for c in codes]
+    return [
+        {"code": c, "name": NAMES.get(c, c), "targets": sorted(s.target for s in specs if s.source == c)} for c in codes
+    ]
 
 
 def as_int(value, name: str) -> int:
@@ -93,23 +125,28 @@ def pick_source(service: Service, source: str, target: str) -> tuple[str, bool]:
         return candidates[0], True
     if not candidates:
         raise Rejected(400, f"source 'auto': no model here translates into {target!r}")
-    raise Rejected(400, f"source 'auto' does not detect languages on this server; several sources translate into "
-                        f"{target!r} ({', '.join(candidates)}): name one")
+    raise Rejected(
+        400,
+        f"source 'auto' does not detect languages on this server; several sources translate into "
+        f"{target!r} ({', '.join(candidates)}): name one",
+    )
 
 
 async def translate(service: Service, request: Request) -> dict:
     fields = await read_fields(request)
     unknown = set(fields) - FIELDS - {"text"}
     if "q" not in fields and "text" in fields:
-        raise Rejected(400, "Invalid request: missing q parameter (transduce's own API, with 'text', is at "
-                            "POST /v1/translate)")
+        raise Rejected(
+            400, "Invalid request: missing q parameter (transduce's own API, with 'text', is at POST /v1/translate)"
+        )
     if unknown:
         raise Rejected(400, f"Invalid request: unknown parameter(s) {', '.join(sorted(unknown))}")
     for name in ("q", "source", "target"):
         if fields.get(name) in (None, "", []):
             raise Rejected(400, f"Invalid request: missing {name} parameter")
-    service.authorize(fields.get("api_key") or request.headers.get("x-api-key"),
-                      request.client.host if request.client else None)
+    service.authorize(
+        fields.get("api_key") or request.headers.get("x-api-key"), request.client.host if request.client else None
+    )
     q, target = fields["q"], str(fields["target"])
     batch = isinstance(q, list)
     texts = q if batch else [q]
@@ -141,13 +178,17 @@ async def translate(service: Service, request: Request) -> dict:
 async def html(service: Service, spec, texts: list[str], alternatives: int) -> list[list[str]]:
     """format=html: the one place that calls :func:`transduce.decode.markup.translate_html`."""
     if translate_html is None:
-        raise Rejected(400, "format 'html' is not supported by this server build (transduce.decode.markup is "
-                            "missing); send format 'text'")
+        raise Rejected(
+            400,
+            "format 'html' is not supported by this server build (transduce.decode.markup is "
+            "missing); send format 'text'",
+        )
     if alternatives:
         raise Rejected(400, "alternatives are not available with format 'html'")
     service.check_text(spec, texts, "q")
     out = []
     for text in texts:
+
         def call(translator, text=text):
             return translate_html(translator, text)
 
@@ -159,10 +200,16 @@ async def html(service: Service, spec, texts: list[str], alternatives: int) -> l
 def router(service: Service) -> APIRouter:
     api = APIRouter(tags=["LibreTranslate API"])
 
-    @api.post("/translate", summary="LibreTranslate: translate q from source to target",
-              responses={400: {"description": "bad request or unknown language pair"},
-                         403: {"description": "API key missing or wrong"}, 429: {"description": "request limit"},
-                         500: {"description": "translation failed"}})
+    @api.post(
+        "/translate",
+        summary="LibreTranslate: translate q from source to target",
+        responses={
+            400: {"description": "bad request or unknown language pair"},
+            403: {"description": "API key missing or wrong"},
+            429: {"description": "request limit"},
+            500: {"description": "translation failed"},
+        },
+    )
     async def libre_translate(request: Request):
         try:
             return JSONResponse(await translate(service, request))

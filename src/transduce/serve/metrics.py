@@ -11,8 +11,8 @@ transduce_models_loaded, transduce_model_bytes, transduce_model_loads, transduce
 from __future__ import annotations
 
 try:
-    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
     from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 except ImportError as e:  # pragma: no cover - the serve extra is missing
     raise ImportError("transduce serve needs prometheus-client: pip install 'transduce[serve]'") from e
 
@@ -26,22 +26,31 @@ class Metrics:
     def __init__(self, pool):
         r = self.registry = CollectorRegistry()
         self.requests = Counter("transduce_requests", "HTTP requests answered", ["path", "status"], registry=r)
-        self.latency = Histogram("transduce_request_seconds", "request latency, queueing included", ["path"],
-                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.latency = Histogram(
+            "transduce_request_seconds",
+            "request latency, queueing included",
+            ["path"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.sentences = Counter("transduce_sentences", "sentences translated", ["pair"], registry=r)
-        self.batch_requests = Histogram("transduce_batch_requests", "requests per batch", buckets=BATCH_BUCKETS,
-                                        registry=r)
-        self.batch_sentences = Histogram("transduce_batch_sentences", "sentences per batch", buckets=BATCH_BUCKETS,
-                                         registry=r)
-        Gauge("transduce_queue_depth", "requests queued or being translated, all models",
-              registry=r).set_function(lambda: pool.pending)
+        self.batch_requests = Histogram(
+            "transduce_batch_requests", "requests per batch", buckets=BATCH_BUCKETS, registry=r
+        )
+        self.batch_sentences = Histogram(
+            "transduce_batch_sentences", "sentences per batch", buckets=BATCH_BUCKETS, registry=r
+        )
+        Gauge("transduce_queue_depth", "requests queued or being translated, all models", registry=r).set_function(
+            lambda: pool.pending
+        )
         Gauge("transduce_models_loaded", "models in memory", registry=r).set_function(lambda: len(pool.loaded))
         Gauge("transduce_model_bytes", "bytes of the models in memory", registry=r).set_function(
-            lambda: pool.used_bytes)
-        Gauge("transduce_model_loads", "models loaded since start", registry=r).set_function(
-            lambda: pool.loads)
+            lambda: pool.used_bytes
+        )
+        Gauge("transduce_model_loads", "models loaded since start", registry=r).set_function(lambda: pool.loads)
         Gauge("transduce_model_evictions", "models unloaded for the memory budget", registry=r).set_function(
-            lambda: pool.evictions)
+            lambda: pool.evictions
+        )
 
     def observe(self, path: str, status: int, seconds: float) -> None:
         path = path if path in PATHS else "other"

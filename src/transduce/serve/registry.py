@@ -24,9 +24,9 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..config import ConfigError, read_toml
 from ..decode import DTYPES
@@ -50,8 +50,9 @@ class ModelSpec:
         return f"{self.source}-{self.target}"
 
 
-def spec_from_dir(path: Path, source: str = "", target: str = "", name: str = "", dtype: str | None = None,
-                  where: str = "") -> ModelSpec:
+def spec_from_dir(
+    path: Path, source: str = "", target: str = "", name: str = "", dtype: str | None = None, where: str = ""
+) -> ModelSpec:
     """A spec for a model directory; languages not given come from its ``[meta]``."""
     where = where or str(path)
     _config, meta = read_model_config(path)  # raises naming the file when it is not a model directory
@@ -60,7 +61,9 @@ def spec_from_dir(path: Path, source: str = "", target: str = "", name: str = ""
     for key, value in (("source", source), ("target", target)):
         if not value:
             meta_key = "src_lang" if key == "source" else "tgt_lang"
-            raise ConfigError(f"{where}: no {key} language: give '{key}' or put {meta_key} in {path}/config.toml [meta]")
+            raise ConfigError(
+                f"{where}: no {key} language: give '{key}' or put {meta_key} in {path}/config.toml [meta]"
+            )
     if dtype is not None and dtype not in DTYPES:
         raise ConfigError(f"{where}: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     return ModelSpec(name or path.name, path, source, target, dtype)
@@ -87,14 +90,23 @@ def read_models(location: str | Path) -> list[ModelSpec]:
             where = f"{location} [[model]] #{i + 1}"
             unknown = set(table) - SPEC_KEYS
             if unknown:
-                raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} "
-                                  f"(known: {', '.join(sorted(SPEC_KEYS))})")
+                raise ConfigError(
+                    f"{where}: unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(SPEC_KEYS))})"
+                )
             if "path" not in table:
                 raise ConfigError(f"{where}: missing 'path'")
             path = Path(table["path"])
             path = path if path.is_absolute() else location.parent / path
-            specs.append(spec_from_dir(path, table.get("source", ""), table.get("target", ""), table.get("name", ""),
-                                       table.get("dtype"), where))
+            specs.append(
+                spec_from_dir(
+                    path,
+                    table.get("source", ""),
+                    table.get("target", ""),
+                    table.get("name", ""),
+                    table.get("dtype"),
+                    where,
+                )
+            )
     else:
         raise FileNotFoundError(f"{location}: no such models file or directory")
     check_unique(specs, str(location))
@@ -240,8 +252,10 @@ class ModelPool:
         if not self.budget:
             return []
         if need > self.budget:
-            raise PoolFull(f"model {spec.name} needs about {need / 2**20:.0f} MiB, more than the memory budget "
-                           f"of {self.budget / 2**20:.0f} MiB (--memory-budget-mb)")
+            raise PoolFull(
+                f"model {spec.name} needs about {need / 2**20:.0f} MiB, more than the memory budget "
+                f"of {self.budget / 2**20:.0f} MiB (--memory-budget-mb)"
+            )
         used = sum(e.nbytes for e in self.loaded.values()) + self._reserved
         victims = []
         for name, entry in list(self.loaded.items()):
@@ -256,6 +270,8 @@ class ModelPool:
             for victim in victims:  # put them back: nothing was unloaded
                 self.loaded[victim.spec.name] = victim
                 self.evictions -= 1
-            raise PoolFull(f"model {spec.name} ({need / 2**20:.0f} MiB) does not fit in the memory budget of "
-                           f"{self.budget / 2**20:.0f} MiB while the loaded models are in use; retry shortly")
+            raise PoolFull(
+                f"model {spec.name} ({need / 2**20:.0f} MiB) does not fit in the memory budget of "
+                f"{self.budget / 2**20:.0f} MiB while the loaded models are in use; retry shortly"
+            )
         return victims

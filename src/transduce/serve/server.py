@@ -39,8 +39,9 @@ try:
     from . import libre, v1
     from .metrics import CONTENT_TYPE, Metrics
 except ImportError as e:  # pragma: no cover - the serve extra is missing
-    raise ImportError("transduce serve needs fastapi, uvicorn and prometheus-client: "
-                      "pip install 'transduce[serve]'") from e
+    raise ImportError(
+        "transduce serve needs fastapi, uvicorn and prometheus-client: pip install 'transduce[serve]'"
+    ) from e
 
 STATIC = Path(__file__).with_name("static")
 __all__ = ["Settings", "create_app", "add_arguments", "run"]
@@ -111,11 +112,15 @@ async def _validation_error(request: Request, exc: RequestValidationError) -> JS
     if bad_json:
         ctx = bad_json[0].get("ctx", {})
         where = _field(bad_json[0]["loc"])
-        return JSONResponse(status_code=400, content={
-            "detail": f"malformed JSON at character {where}: {ctx.get('error', bad_json[0].get('msg'))}"})
+        return JSONResponse(
+            status_code=400,
+            content={"detail": f"malformed JSON at character {where}: {ctx.get('error', bad_json[0].get('msg'))}"},
+        )
     text = "; ".join(f"field '{_field(e['loc'])}': {e['msg']}" for e in errors)
-    return JSONResponse(status_code=422, content={"detail": text, "errors": [
-        {"field": _field(e["loc"]), "message": e["msg"]} for e in errors]})
+    return JSONResponse(
+        status_code=422,
+        content={"detail": text, "errors": [{"field": _field(e["loc"]), "message": e["msg"]} for e in errors]},
+    )
 
 
 class Observe:
@@ -145,8 +150,14 @@ def single_spec(translator, name: str) -> ModelSpec:
     return ModelSpec(name or "model", Path(name or "."), str(meta.get("src_lang", "")), str(meta.get("tgt_lang", "")))
 
 
-def create_app(models, settings: Settings | None = None, name: str = "", access: Access | None = None,
-               load=None, budget_bytes: int = 0) -> FastAPI:
+def create_app(
+    models,
+    settings: Settings | None = None,
+    name: str = "",
+    access: Access | None = None,
+    load=None,
+    budget_bytes: int = 0,
+) -> FastAPI:
     """The ASGI app around one loaded :class:`~transduce.decode.translator.Translator` (``models``), or
     around a list of :class:`~transduce.serve.registry.ModelSpec` loaded on first use by ``load(spec)``
     within ``budget_bytes`` (0: no limit)."""
@@ -169,8 +180,12 @@ def create_app(models, settings: Settings | None = None, name: str = "", access:
         yield
         await asyncio.to_thread(pool.stop)  # after uvicorn has finished in-flight requests
 
-    app = FastAPI(title="transduce", version=_version(), lifespan=lifespan,
-                  description="Translation with a Transformer (Vaswani et al., 2017). " + v1.__doc__.split("\n\n")[0])
+    app = FastAPI(
+        title="transduce",
+        version=_version(),
+        lifespan=lifespan,
+        description="Translation with a Transformer (Vaswani et al., 2017). " + v1.__doc__.split("\n\n")[0],
+    )
     app.state.pool, app.state.service, app.state.settings, app.state.metrics = pool, service, settings, metrics
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
@@ -183,12 +198,18 @@ def create_app(models, settings: Settings | None = None, name: str = "", access:
         loaded = list(pool.loaded.values())
         first = next(iter(pool.specs.values()))
         stats = [e.batcher.stats for e in loaded]
-        return Health(status="ok", model=first.name if len(pool.specs) == 1 else "", models=len(pool.specs),
-                      src_lang=first.source if len(pool.specs) == 1 else "",
-                      tgt_lang=first.target if len(pool.specs) == 1 else "", loaded=len(loaded),
-                      pending=pool.pending, requests=sum(s.requests for s in stats),
-                      batches=sum(s.batches for s in stats),
-                      max_requests_in_batch=max((s.max_requests_in_batch for s in stats), default=0))
+        return Health(
+            status="ok",
+            model=first.name if len(pool.specs) == 1 else "",
+            models=len(pool.specs),
+            src_lang=first.source if len(pool.specs) == 1 else "",
+            tgt_lang=first.target if len(pool.specs) == 1 else "",
+            loaded=len(loaded),
+            pending=pool.pending,
+            requests=sum(s.requests for s in stats),
+            batches=sum(s.batches for s in stats),
+            max_requests_in_batch=max((s.max_requests_in_batch for s in stats), default=0),
+        )
 
     @app.get("/metrics", include_in_schema=False)
     def prometheus() -> Response:
@@ -216,24 +237,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Settings()
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--model", type=Path, help="one model directory")
-    which.add_argument("--models", type=Path, help="a models TOML ([[model]] path/source/target) or a directory "
-                                                   "of model directories whose [meta] names src_lang/tgt_lang")
+    which.add_argument(
+        "--models",
+        type=Path,
+        help="a models TOML ([[model]] path/source/target) or a directory "
+        "of model directories whose [meta] names src_lang/tgt_lang",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--device", default="cpu")
     add_backend_arguments(parser)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--memory-budget-mb", type=float, default=0,
-                        help="with --models: MiB of loaded models; the least recently used idle ones are unloaded "
-                             "to load another (default 0: no limit)")
-    parser.add_argument("--api-keys", type=Path, default=None,
-                        help="file of API keys, one per line: KEY [REQUESTS_PER_MINUTE]")
-    parser.add_argument("--require-api-key", choices=("remote", "always"), default="remote",
-                        help="with --api-keys: who must send a key (default: clients not on this machine)")
-    parser.add_argument("--key-limit", type=int, default=0,
-                        help="requests per minute for keys without their own number (default 0: no limit)")
-    parser.add_argument("--req-limit", type=int, default=0,
-                        help="requests per minute per client address without a key (default 0: no limit)")
+    parser.add_argument(
+        "--memory-budget-mb",
+        type=float,
+        default=0,
+        help="with --models: MiB of loaded models; the least recently used idle ones are unloaded "
+        "to load another (default 0: no limit)",
+    )
+    parser.add_argument(
+        "--api-keys", type=Path, default=None, help="file of API keys, one per line: KEY [REQUESTS_PER_MINUTE]"
+    )
+    parser.add_argument(
+        "--require-api-key",
+        choices=("remote", "always"),
+        default="remote",
+        help="with --api-keys: who must send a key (default: clients not on this machine)",
+    )
+    parser.add_argument(
+        "--key-limit",
+        type=int,
+        default=0,
+        help="requests per minute for keys without their own number (default 0: no limit)",
+    )
+    parser.add_argument(
+        "--req-limit",
+        type=int,
+        default=0,
+        help="requests per minute per client address without a key (default 0: no limit)",
+    )
     parser.add_argument("--beam", type=int, default=d.beam, help="beam of the LibreTranslate API and the page")
     parser.add_argument("--max-sentences", type=int, default=d.max_sentences, help="sentences per request")
     parser.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per sentence")
@@ -242,15 +284,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=d.timeout, help="seconds per request")
     parser.add_argument("--wait-ms", type=float, default=d.wait_ms, help="batching window when idle")
     parser.add_argument("--batch-tokens", type=int, default=d.batch_tokens, help="source tokens per batch")
-    parser.add_argument("--max-batch-requests", type=int, default=d.max_batch_requests,
-                        help="requests per batch (1 disables dynamic batching)")
-    parser.add_argument("--graceful-timeout", type=float, default=None,
-                        help="seconds to wait for in-flight requests on shutdown (default: no limit)")
+    parser.add_argument(
+        "--max-batch-requests",
+        type=int,
+        default=d.max_batch_requests,
+        help="requests per batch (1 disables dynamic batching)",
+    )
+    parser.add_argument(
+        "--graceful-timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for in-flight requests on shutdown (default: no limit)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    s = Settings(args.max_sentences, args.max_chars, args.max_body, args.max_beam, args.timeout, args.wait_ms,
-                 args.batch_tokens, args.max_batch_requests, args.beam)
+    s = Settings(
+        args.max_sentences,
+        args.max_chars,
+        args.max_body,
+        args.max_beam,
+        args.timeout,
+        args.wait_ms,
+        args.batch_tokens,
+        args.max_batch_requests,
+        args.beam,
+    )
     for key, value in vars(s).items():
         if value < 0 or (value == 0 and key != "wait_ms"):
             raise ValueError(f"--{key.replace('_', '-')} must be positive, got {value}")
@@ -295,8 +354,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"transduce serve: {spec.name}: {translator.fast_paths.line()}", flush=True)
             return translator
 
-        app = create_app(specs, settings, access=access, load=load_spec,
-                         budget_bytes=int(args.memory_budget_mb * 2**20))
-    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout,
-                log_level="info")
+        app = create_app(
+            specs, settings, access=access, load=load_spec, budget_bytes=int(args.memory_budget_mb * 2**20)
+        )
+    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout, log_level="info")
     return 0

@@ -48,8 +48,12 @@ def run_job(translator, sentences: list[str], key):
         from ..viz.attention import sentence_attention
         from .alignment import word_alignment
 
-        return [word_alignment(sentence_attention(translator, s, **dict(options))) if s.strip() else
-                {"translation": "", "source_words": [], "target_words": [], "weights": []} for s in sentences]
+        return [
+            word_alignment(sentence_attention(translator, s, **dict(options)))
+            if s.strip()
+            else {"translation": "", "source_words": [], "target_words": [], "weights": []}
+            for s in sentences
+        ]
     if kind == "call":  # one arbitrary function of the translator per job (HTML translation)
         (function,) = sentences
         return [function(translator)]
@@ -80,12 +84,14 @@ class Service:
     def check_text(self, spec: ModelSpec, sentences: list[str], field: str) -> None:
         s = self.settings
         if len(sentences) > s.max_sentences:
-            raise Rejected(413, f"field '{field}': {len(sentences)} sentences exceed the limit of {s.max_sentences} "
-                                "per request")
+            raise Rejected(
+                413, f"field '{field}': {len(sentences)} sentences exceed the limit of {s.max_sentences} per request"
+            )
         for i, sentence in enumerate(sentences):
             if len(sentence) > s.max_chars:
-                raise Rejected(413, f"field '{field}.{i}': {len(sentence)} characters exceed the limit of "
-                                    f"{s.max_chars}")
+                raise Rejected(
+                    413, f"field '{field}.{i}': {len(sentence)} characters exceed the limit of {s.max_chars}"
+                )
 
     def check_tokens(self, entry: Loaded, sentences: list[str], field: str) -> int:
         translator = entry.translator
@@ -94,8 +100,9 @@ class Service:
         for i, sentence in enumerate(sentences):
             n = len(vocab.encode(sentence)) + 1
             if n > max_tokens:
-                raise Rejected(413, f"field '{field}.{i}': {n} source tokens exceed the model's "
-                                    f"max_positions={max_tokens}")
+                raise Rejected(
+                    413, f"field '{field}.{i}': {n} source tokens exceed the model's max_positions={max_tokens}"
+                )
             total += n
         return total
 
@@ -125,23 +132,31 @@ class Service:
                 raise Rejected(503, str(e)) from None
             try:
                 return await asyncio.wait_for(asyncio.wrap_future(future), self.settings.timeout)
-            except asyncio.TimeoutError:
-                raise Rejected(504, f"translation took longer than the {self.settings.timeout:g} s per-request "
-                                    "timeout") from None
+            except TimeoutError:
+                raise Rejected(
+                    504, f"translation took longer than the {self.settings.timeout:g} s per-request timeout"
+                ) from None
         finally:
             self.pool.release(entry)
 
-    async def translate(self, spec: ModelSpec, sentences: list[str], beam: int, nbest: int = 1,
-                        alpha: float = 0.6, field: str = "text") -> list:
+    async def translate(
+        self, spec: ModelSpec, sentences: list[str], beam: int, nbest: int = 1, alpha: float = 0.6, field: str = "text"
+    ) -> list:
         self.check_search(beam, nbest, alpha)
         self.check_text(spec, sentences, field)
-        return await self.run(spec, sentences, ("translate", (("alpha", alpha), ("beam", beam), ("nbest", nbest))),
-                              field)
+        return await self.run(
+            spec, sentences, ("translate", (("alpha", alpha), ("beam", beam), ("nbest", nbest))), field
+        )
 
 
 def make_batcher_factory(settings: Settings, metrics):
     def make(spec: ModelSpec, translator) -> Batcher:
-        return Batcher(lambda sentences, key: run_job(translator, sentences, key), settings.wait_ms / 1000,
-                       settings.batch_tokens, settings.max_batch_requests, on_batch=metrics.on_batch(spec.pair))
+        return Batcher(
+            lambda sentences, key: run_job(translator, sentences, key),
+            settings.wait_ms / 1000,
+            settings.batch_tokens,
+            settings.max_batch_requests,
+            on_batch=metrics.on_batch(spec.pair),
+        )
 
     return make

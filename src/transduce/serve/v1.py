@@ -57,8 +57,10 @@ class Alignment(BaseModel):
     translation: str
     source_words: list[str]
     target_words: list[str]
-    weights: list[list[float]] = Field(description="weights[j][i]: encoder–decoder attention of target word j on "
-                                                   "source word i, mean over layers and heads")
+    weights: list[list[float]] = Field(
+        description="weights[j][i]: encoder–decoder attention of target word j on "
+        "source word i, mean over layers and heads"
+    )
 
 
 class AttentionResponse(BaseModel):
@@ -93,11 +95,16 @@ def _http(e: Rejected) -> HTTPException:
 
 def router(service: Service) -> APIRouter:
     api = APIRouter(prefix="/v1", tags=["transduce API"])
-    client = (lambda request: request.client.host if request.client else None)
-    errors = {400: {"description": "malformed JSON or unknown language pair"}, 403: {"description": "API key"},
-              413: {"description": "a limit was exceeded"}, 422: {"description": "wrong field type or value"},
-              429: {"description": "request limit"}, 503: {"description": "memory budget full"},
-              504: {"description": "timeout"}}
+    client = lambda request: request.client.host if request.client else None
+    errors = {
+        400: {"description": "malformed JSON or unknown language pair"},
+        403: {"description": "API key"},
+        413: {"description": "a limit was exceeded"},
+        422: {"description": "wrong field type or value"},
+        429: {"description": "request limit"},
+        503: {"description": "memory budget full"},
+        504: {"description": "timeout"},
+    }
 
     @api.post("/translate", response_model=TranslateResponse, responses=errors)
     async def translate(req: TranslateRequest, request: Request) -> dict:
@@ -126,7 +133,15 @@ def router(service: Service) -> APIRouter:
     @api.get("/models", response_model=list[ModelInfo])
     async def models() -> list[dict]:
         loaded = dict(service.pool.loaded)
-        return [{"name": s.name, "source": s.source, "target": s.target, "loaded": s.name in loaded,
-                 "bytes": loaded[s.name].nbytes if s.name in loaded else 0} for s in service.pool.specs.values()]
+        return [
+            {
+                "name": s.name,
+                "source": s.source,
+                "target": s.target,
+                "loaded": s.name in loaded,
+                "bytes": loaded[s.name].nbytes if s.name in loaded else 0,
+            }
+            for s in service.pool.specs.values()
+        ]
 
     return api

@@ -22,7 +22,9 @@ from .checkpoint import MODEL, list_checkpoints, read_state, read_tensors
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", type=Path, help="a training run directory (with checkpoints/ and vocab/)")
-    parser.add_argument("--last", type=int, default=5, metavar="N", help="how many of the newest checkpoints (default 5)")
+    parser.add_argument(
+        "--last", type=int, default=5, metavar="N", help="how many of the newest checkpoints (default 5)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="model directory to write")
 
 
@@ -70,8 +72,9 @@ def average(run_dir: Path, last: int, out: Path) -> Path:
     params = model.state_dict(keep_vars=True)
     stored = {params[name].data_ptr() for name in weights if name in params}
     if unexpected or any(params[name].data_ptr() not in stored for name in missing):
-        raise ValueError(f"{chosen[-1] / MODEL}: weights do not match the model config "
-                         f"(missing {missing}, unexpected {unexpected})")
+        raise ValueError(
+            f"{chosen[-1] / MODEL}: weights do not match the model config (missing {missing}, unexpected {unexpected})"
+        )
     meta = {**run_languages(run_dir), "averaged": [p.name for p in chosen], "steps": state["step"]}
     return save_model_dir(out, model, Vocabs.load(run_dir / "vocab"), meta)
 

@@ -34,8 +34,10 @@ MODEL, OPTIM, STATE = "model.safetensors", "optimizer.safetensors", "state.json"
 
 def fix_for(directory: Path) -> str:
     """What to do about a damaged checkpoint: resume from the one before."""
-    return (f"this checkpoint is damaged; move {directory} aside and resume (--resume takes the newest "
-            "complete checkpoint left), or start the run again")
+    return (
+        f"this checkpoint is damaged; move {directory} aside and resume (--resume takes the newest "
+        "complete checkpoint left), or start the run again"
+    )
 
 
 def read_state(directory: Path) -> dict[str, Any]:
@@ -68,8 +70,10 @@ def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         tensors["rng.cuda"] = torch.cuda.get_rng_state()
     version, internal, gauss = random.getstate()
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return tensors, {"python": [version, list(internal), gauss],
-                     "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)]}
+    return tensors, {
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+    }
 
 
 def set_rng_state(tensors: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
@@ -107,8 +111,13 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Te
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
-def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    state: dict[str, Any], extra: dict[str, torch.nn.Module] | None = None) -> Path:
+def save_checkpoint(
+    directory: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    extra: dict[str, torch.nn.Module] | None = None,
+) -> Path:
     """Write one checkpoint atomically to ``directory`` (replacing it if present); ``extra``: more weights
     to keep, each as ``NAME.safetensors`` (e.g. ``{"ema": ...}``, the moving average of train/ema.py)."""
     directory = Path(directory)
@@ -136,9 +145,13 @@ def save_checkpoint(directory: str | Path, model: torch.nn.Module, optimizer: to
     return directory
 
 
-def load_checkpoint(directory: str | Path, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer | None = None, restore_rng: bool = True,
-                    extra: dict[str, torch.nn.Module] | None = None) -> dict[str, Any]:
+def load_checkpoint(
+    directory: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    restore_rng: bool = True,
+    extra: dict[str, torch.nn.Module] | None = None,
+) -> dict[str, Any]:
     """Load weights (and ``extra``'s, each from ``NAME.safetensors``), optimizer and RNG states from
     ``directory``; return the JSON state."""
     directory = Path(directory)

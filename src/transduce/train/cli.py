@@ -19,8 +19,14 @@ from .config import load_config, model_config
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", type=Path, help="TOML file with [train] and [model] tables (see configs/)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a [train] key, or a [model] key as model.KEY (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a [train] key, or a [model] key as model.KEY (repeatable)",
+    )
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the run directory")
 
 
@@ -39,8 +45,9 @@ def preflight(config_path: Path, overrides: list[str], resume: bool):
             print(why, flush=True)
     data_dir = Path(cfg.data)
     if not data_dir.is_dir():
-        raise FileNotFoundError(f"{config_path}: key 'data': data directory {data_dir} does not exist "
-                                "(build it with `transduce prepare`)")
+        raise FileNotFoundError(
+            f"{config_path}: key 'data': data directory {data_dir} does not exist (build it with `transduce prepare`)"
+        )
     data = PreparedData.open(data_dir)
     if cfg.init_from is not None:  # fine-tuning: shape and vocabulary come from the model directory
         from . import init
@@ -55,8 +62,10 @@ def preflight(config_path: Path, overrides: list[str], resume: bool):
     data.split(cfg.train_split)  # names the split if missing
     check_writable(Path(cfg.out))
     if not resume and list_checkpoints(Path(cfg.out) / "checkpoints"):
-        raise ConfigError(f"key 'out': {cfg.out} already holds checkpoints; pass --resume to continue "
-                          "that run, or choose another output directory")
+        raise ConfigError(
+            f"key 'out': {cfg.out} already holds checkpoints; pass --resume to continue "
+            "that run, or choose another output directory"
+        )
     return cfg, model_cfg, data
 
 

@@ -92,30 +92,53 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check(bool(self.data), "data", "must name a prepared data directory")
         check(bool(self.out), "out", "must name an output (run) directory")
-        for key in ("max_tokens", "update_freq", "max_steps", "keep_last", "validate_every", "log_every",
-                    "max_nonfinite", "bleu_beam"):
+        for key in (
+            "max_tokens",
+            "update_freq",
+            "max_steps",
+            "keep_last",
+            "validate_every",
+            "log_every",
+            "max_nonfinite",
+            "bleu_beam",
+        ):
             check(getattr(self, key) >= 1, key, f"must be at least 1, got {getattr(self, key)}")
         check(self.warmup >= 1, "warmup", f"must be at least 1, got {self.warmup}")
         for key in ("lr_scale", "peak_lr"):
             check(getattr(self, key) > 0, key, f"must be positive, got {getattr(self, key)}")
         check(self.init_lr >= 0, "init_lr", f"must be non-negative, got {self.init_lr}")
-        check(len(self.adam_betas) == 2 and all(0 <= b < 1 for b in self.adam_betas), "adam_betas",
-              f"must be two numbers in [0, 1), got {self.adam_betas}")
+        check(
+            len(self.adam_betas) == 2 and all(0 <= b < 1 for b in self.adam_betas),
+            "adam_betas",
+            f"must be two numbers in [0, 1), got {self.adam_betas}",
+        )
         self.adam_betas = [float(b) for b in self.adam_betas]
         check(self.adam_eps > 0, "adam_eps", f"must be positive, got {self.adam_eps}")
         check(self.weight_decay >= 0, "weight_decay", f"must be non-negative, got {self.weight_decay}")
         check(self.clip_norm >= 0, "clip_norm", f"must be non-negative (0 = off), got {self.clip_norm}")
         check(0 <= self.ema_decay < 1, "ema_decay", f"must be in [0, 1) (0 = off), got {self.ema_decay}")
-        check(self.ema_start is None or self.ema_start >= 1, "ema_start",
-              f"must be an update number, at least 1 (or absent: the end of warm-up), got {self.ema_start}")
-        check(self.ema_start is None or self.ema_decay > 0, "ema_start",
-              f"{self.ema_start} starts an average that is off: set ema_decay > 0 too")
+        check(
+            self.ema_start is None or self.ema_start >= 1,
+            "ema_start",
+            f"must be an update number, at least 1 (or absent: the end of warm-up), got {self.ema_start}",
+        )
+        check(
+            self.ema_start is None or self.ema_decay > 0,
+            "ema_start",
+            f"{self.ema_start} starts an average that is off: set ema_decay > 0 too",
+        )
         check(self.rdrop_alpha >= 0, "rdrop_alpha", f"must be non-negative (0 = off), got {self.rdrop_alpha}")
         check(self.init_from is None or bool(self.init_from), "init_from", "must name a model directory (or be absent)")
-        check(not self.freeze or self.init_from is not None, "freeze",
-              f"{self.freeze} keeps randomly initialised parts as they are: set init_from to a model directory too")
-        check(all(p in ("embeddings", "encoder", "decoder") for p in self.freeze), "freeze",
-              f"parts are 'embeddings', 'encoder' and 'decoder', got {self.freeze}")
+        check(
+            not self.freeze or self.init_from is not None,
+            "freeze",
+            f"{self.freeze} keeps randomly initialised parts as they are: set init_from to a model directory too",
+        )
+        check(
+            all(p in ("embeddings", "encoder", "decoder") for p in self.freeze),
+            "freeze",
+            f"parts are 'embeddings', 'encoder' and 'decoder', got {self.freeze}",
+        )
         check(self.bleu_sentences >= 0, "bleu_sentences", f"must be non-negative, got {self.bleu_sentences}")
         for key in ("threads", "max_epochs", "save_every_steps", "patience"):
             value = getattr(self, key)
@@ -142,7 +165,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> tuple[TrainConfi
     for text in overrides:
         key, value = parse_override(text)
         if key.startswith("model."):
-            model[key[len("model."):]] = value
+            model[key[len("model.") :]] = value
         else:
             train[key.removeprefix("train.")] = value
     where = f"{path} [train]" + (" (with --set overrides)" if overrides else "")
@@ -161,8 +184,7 @@ def model_config(table: dict[str, Any], vocabs, where: str):
     for key, actual in sizes.items():
         given = table.get(key)
         if given is not None and actual is not None and given != actual:
-            raise ConfigError(f"{where}: key {key!r} = {given} does not match the data's vocabulary "
-                              f"of {actual} pieces")
+            raise ConfigError(f"{where}: key {key!r} = {given} does not match the data's vocabulary of {actual} pieces")
         table.setdefault(key, actual)
     if not vocabs.shared and "tie_embeddings" not in table:
         table["tie_embeddings"] = "target"  # separate vocabularies cannot share the source matrix

@@ -43,8 +43,7 @@ def setup(device: torch.device) -> Dist:
         return Dist()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
-                                rank=rank, world_size=world_size)
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world_size)
     return Dist(rank, world_size, local_rank)
 
 
@@ -60,8 +59,9 @@ def wrap(model: nn.Module, ctx: Dist, device: torch.device) -> nn.Module:
     if not ctx.enabled:
         return model
     ids = [device.index] if device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=False,
-                                               gradient_as_bucket_view=True)
+    return nn.parallel.DistributedDataParallel(
+        model, device_ids=ids, forward_sync_buffers=False, gradient_as_bucket_view=True
+    )
 
 
 def all_sum(values: torch.Tensor, ctx: Dist) -> torch.Tensor:

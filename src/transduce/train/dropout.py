@@ -34,9 +34,13 @@ from ..cpp import build
 @functools.cache
 def extension():
     """The compiled ``native_dropout.cpp``, or None (with a warning saying why) if it cannot be built."""
-    return build("transduce_native_dropout", Path(__file__).with_name("native_dropout.cpp"),
-                 "the C++ dropout", "training uses FastDropout's tensor ops",
-                 headers=(Path(__file__).with_name("bf16.h"),))
+    return build(
+        "transduce_native_dropout",
+        Path(__file__).with_name("native_dropout.cpp"),
+        "the C++ dropout",
+        "training uses FastDropout's tensor ops",
+        headers=(Path(__file__).with_name("bf16.h"),),
+    )
 
 
 class _NativeDropout(torch.autograd.Function):

@@ -48,8 +48,12 @@ class WeightEMA:
         if self.updates == 0:
             return f"no moving average to save: training stopped at update {step}, before ema_start ({self.start})"
         first = step - self.updates + 1
-        save_model_dir(out, self.model, vocabs,
-                       {**meta, "weights": f"moving average (decay {self.decay}) of updates {first}-{step}"})
+        save_model_dir(
+            out,
+            self.model,
+            vocabs,
+            {**meta, "weights": f"moving average (decay {self.decay}) of updates {first}-{step}"},
+        )
         return f"moving average of updates {first}-{step} (decay {self.decay}): {out}"
 
     def restore(self, updates: int) -> None:

@@ -24,7 +24,12 @@ from ..model import ModelConfig
 from ..modeldir import VOCAB, WEIGHTS, load_vocabs, load_weights, read_model_config
 
 FREEZABLE = ("embeddings", "encoder", "decoder")
-ADJUSTABLE = ("dropout", "attention_dropout", "activation_dropout", "label_smoothing")  # [model] keys fine-tuning may set
+ADJUSTABLE = (
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "label_smoothing",
+)  # [model] keys fine-tuning may set
 
 
 def model_config(init_from: str | Path, table: dict, where: str) -> ModelConfig:
@@ -37,21 +42,28 @@ def model_config(init_from: str | Path, table: dict, where: str) -> ModelConfig:
         if key in ADJUSTABLE:
             values[key] = value
         elif key == "preset" or values.get(key) != value:
-            raise ConfigError(f"{where}: key {key!r} = {value!r}: with train.init_from the model's shape comes from "
-                              f"{init_from} ({key} = {values.get(key, 'not set')!r}); [model] may set only "
-                              f"{', '.join(ADJUSTABLE)}")
+            raise ConfigError(
+                f"{where}: key {key!r} = {value!r}: with train.init_from the model's shape comes from "
+                f"{init_from} ({key} = {values.get(key, 'not set')!r}); [model] may set only "
+                f"{', '.join(ADJUSTABLE)}"
+            )
     return ModelConfig.from_dict(values, where=f"{Path(init_from) / 'config.toml'} [model]")
 
 
 def check_vocabulary(init_from: str | Path, data) -> None:
     """Raise unless the data directory was prepared with the model directory's vocabulary."""
     vocabs = load_vocabs(Path(init_from) / VOCAB)
-    same = (vocabs.src.proto == data.vocabs.src.proto and vocabs.tgt.proto == data.vocabs.tgt.proto
-            and vocabs.lowercase == data.vocabs.lowercase)
+    same = (
+        vocabs.src.proto == data.vocabs.src.proto
+        and vocabs.tgt.proto == data.vocabs.tgt.proto
+        and vocabs.lowercase == data.vocabs.lowercase
+    )
     if not same:
-        raise ConfigError(f"key 'init_from': {init_from} and the data directory {data.directory} have different "
-                          f"vocabularies; prepare the data with the model's: `transduce prepare ... --vocab-from "
-                          f"{init_from}`")
+        raise ConfigError(
+            f"key 'init_from': {init_from} and the data directory {data.directory} have different "
+            f"vocabularies; prepare the data with the model's: `transduce prepare ... --vocab-from "
+            f"{init_from}`"
+        )
 
 
 def start_from(model: torch.nn.Module, init_from: str | Path, freeze: list[str]) -> None:

@@ -14,8 +14,16 @@ from typing import Any
 
 
 class RunLog:
-    def __init__(self, run_dir: Path, enabled: bool, total_steps: int, start_step: int, log_every: int,
-                 tensorboard: bool, seconds_left: float | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        enabled: bool,
+        total_steps: int,
+        start_step: int,
+        log_every: int,
+        tensorboard: bool,
+        seconds_left: float | None = None,
+    ):
         """``seconds_left``: the wall-clock budget still to run (max_minutes), so the ETA is the sooner end."""
         self.enabled, self.log_every, self.total = enabled, log_every, total_steps
         self.deadline = None if seconds_left is None else time.perf_counter() + seconds_left
@@ -55,8 +63,12 @@ class RunLog:
             return
         elapsed = time.perf_counter() - self.window_start
         speed = self.window_tokens / max(elapsed, 1e-9)
-        values = {"loss": round(stats.loss, 4), "nll": round(stats.nll, 4), "lr": stats.lr,
-                  "tgt_tokens_per_s": round(speed, 1)}
+        values = {
+            "loss": round(stats.loss, 4),
+            "nll": round(stats.nll, 4),
+            "lr": stats.lr,
+            "tgt_tokens_per_s": round(speed, 1),
+        }
         if stats.grad_norm is not None:
             values["grad_norm"] = round(stats.grad_norm, 4)
         self.record("train", step, values)
@@ -65,11 +77,17 @@ class RunLog:
         if self.deadline is not None:
             eta = max(0, min(eta, int(self.deadline - now)))
         if self.bar is not None:
-            self.bar.set_postfix(loss=f"{stats.loss:.3f}", lr=f"{stats.lr:.2e}", tok_s=f"{speed:.0f}",
-                                 left=f"{eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}")
+            self.bar.set_postfix(
+                loss=f"{stats.loss:.3f}",
+                lr=f"{stats.lr:.2e}",
+                tok_s=f"{speed:.0f}",
+                left=f"{eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}",
+            )
         else:
-            self.message(f"step {step}/{self.total}  loss {stats.loss:.4f}  nll {stats.nll:.4f}  "
-                         f"lr {stats.lr:.3e}  {speed:.0f} tgt tok/s  ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}")
+            self.message(
+                f"step {step}/{self.total}  loss {stats.loss:.4f}  nll {stats.nll:.4f}  "
+                f"lr {stats.lr:.3e}  {speed:.0f} tgt tok/s  ETA {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}"
+            )
         self.window_tokens, self.window_start = 0, time.perf_counter()
 
     def message(self, text: str) -> None:

@@ -59,11 +59,12 @@ class SmoothedCrossEntropy(torch.autograd.Function):
         grad = torch.empty_like(z) if want_grad else None  # (N, V)
         loss_rows, nll_rows = z.new_empty(N, dtype=torch.float32), z.new_empty(N, dtype=torch.float32)  # (N,)
         for s in range(0, N, rows):
-            block = z[s:s + rows].to(torch.float32, copy=True)  # (r, V)
-            loss_rows[s:s + rows], nll_rows[s:s + rows] = _block(block, y[s:s + rows, None], epsilon, pad_id,
-                                                                 want_grad)
+            block = z[s : s + rows].to(torch.float32, copy=True)  # (r, V)
+            loss_rows[s : s + rows], nll_rows[s : s + rows] = _block(
+                block, y[s : s + rows, None], epsilon, pad_id, want_grad
+            )
             if want_grad:
-                grad[s:s + rows].copy_(block)
+                grad[s : s + rows].copy_(block)
         if want_grad:
             ctx.save_for_backward(grad)
         return loss_rows.double().sum().float(), nll_rows.double().sum().float()
@@ -84,8 +85,17 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, dtype: torch.dtype,
-                rows: int = 64, native: bool = True) -> tuple[Tensor, Tensor]:
+    def forward(
+        ctx,
+        h: Tensor,
+        weight: Tensor,
+        y: Tensor,
+        epsilon: float,
+        pad_id: int,
+        dtype: torch.dtype,
+        rows: int = 64,
+        native: bool = True,
+    ) -> tuple[Tensor, Tensor]:
         hc, wc = h.to(dtype), weight.to(dtype)  # (N, d), (V, d)
         N, want_grad = h.size(0), any(ctx.needs_input_grad[:2])
         grad = hc.new_empty(N, weight.size(0)) if want_grad else None  # (N, V) ∂loss/∂logits
@@ -94,15 +104,15 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
             for s in range(0, N, rows):
                 e = min(s + rows, N)
                 block = torch.mm(hc[s:e], wc.t(), out=grad[s:e]) if want_grad else hc[s:e] @ wc.t()  # (r, V)
-                loss_rows[s:e], nll_rows[s:e] = native_loss.smoothed_block_(block, y[s:e], epsilon, pad_id,
-                                                                            want_grad)
+                loss_rows[s:e], nll_rows[s:e] = native_loss.smoothed_block_(block, y[s:e], epsilon, pad_id, want_grad)
             return _project_save(ctx, h, weight, hc, wc, grad, loss_rows, nll_rows)
         for s in range(0, N, rows):
-            block = (hc[s:s + rows] @ wc.t()).float()  # (r, V)
-            loss_rows[s:s + rows], nll_rows[s:s + rows] = _block(block, y[s:s + rows, None], epsilon, pad_id,
-                                                                 want_grad)
+            block = (hc[s : s + rows] @ wc.t()).float()  # (r, V)
+            loss_rows[s : s + rows], nll_rows[s : s + rows] = _block(
+                block, y[s : s + rows, None], epsilon, pad_id, want_grad
+            )
             if want_grad:
-                grad[s:s + rows].copy_(block)
+                grad[s : s + rows].copy_(block)
         return _project_save(ctx, h, weight, hc, wc, grad, loss_rows, nll_rows)
 
     @staticmethod
@@ -127,8 +137,7 @@ def _project_back(ctx, grad_loss: Tensor) -> tuple[Tensor | None, Tensor | None]
     return grad_h, grad_w
 
 
-def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: int = 0
-                        ) -> tuple[Tensor, Tensor, int]:
+def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: int = 0) -> tuple[Tensor, Tensor, int]:
     """Summed smoothed loss, summed NLL and the number of non-pad target tokens.
 
     Args:
@@ -164,7 +173,9 @@ class SmoothedLoss:
         # native: the C++ loss blocks where they apply, else the tensor ops (chosen in transduce.fastpaths)
         self.epsilon, self.pad_id, self.native = float(epsilon), pad_id, native
 
-    def __call__(self, states: Tensor, weight: Tensor, labels: Tensor, dtype: torch.dtype, rows: int
-                 ) -> tuple[Tensor, Tensor]:
-        return ProjectedSmoothedCrossEntropy.apply(states, weight, labels, self.epsilon, self.pad_id, dtype, rows,
-                                                   self.native)
+    def __call__(
+        self, states: Tensor, weight: Tensor, labels: Tensor, dtype: torch.dtype, rows: int
+    ) -> tuple[Tensor, Tensor]:
+        return ProjectedSmoothedCrossEntropy.apply(
+            states, weight, labels, self.epsilon, self.pad_id, dtype, rows, self.native
+        )

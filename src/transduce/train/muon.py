@@ -59,7 +59,7 @@ def orthogonalize_shared(updates: list[torch.Tensor], ctx: Dist) -> list[torch.T
         per_rank = -(-len(indices) // world)
         stack = torch.stack([updates[i] for i in indices])  # (n, A, B)
         stack = torch.cat([stack, stack.new_zeros(per_rank * world - len(indices), *shape)])  # (world·per_rank, A, B)
-        mine.append(orthogonalize(stack[rank * per_rank:(rank + 1) * per_rank]))  # (per_rank, A, B)
+        mine.append(orthogonalize(stack[rank * per_rank : (rank + 1) * per_rank]))  # (per_rank, A, B)
     if world > 1:
         flat = torch.cat([m.flatten() for m in mine])
         gathered = [torch.empty_like(flat) for _ in range(world)]
@@ -82,17 +82,32 @@ def muon_parameter(name: str, param: torch.Tensor) -> bool:
 class MuonAdamW(torch.optim.Optimizer):
     """Muon over ``muon_params``, AdamW over ``adam_params``; one optimizer for the trainer and checkpoints."""
 
-    def __init__(self, muon_params: list[torch.Tensor], adam_params: list[torch.Tensor], *, betas, eps: float,
-                 weight_decay: float, momentum: float = MUON_MOMENTUM, ctx: Dist | None = None):
+    def __init__(
+        self,
+        muon_params: list[torch.Tensor],
+        adam_params: list[torch.Tensor],
+        *,
+        betas,
+        eps: float,
+        weight_decay: float,
+        momentum: float = MUON_MOMENTUM,
+        ctx: Dist | None = None,
+    ):
         if not muon_params:
             raise ValueError("Muon has no matrices to update: the model has no encoder or decoder layers")
-        muon_group = {"params": list(muon_params), "kind": "muon", "lr": 0.0, "momentum": momentum,
-                      "weight_decay": weight_decay}
+        muon_group = {
+            "params": list(muon_params),
+            "kind": "muon",
+            "lr": 0.0,
+            "momentum": momentum,
+            "weight_decay": weight_decay,
+        }
         adam_group = {"params": list(adam_params), "kind": "adamw"}
         super().__init__([muon_group, adam_group], defaults={})
         self.ctx = ctx or Dist()  # ranks that share the Newton-Schulz work
-        self.adamw = torch.optim.AdamW([adam_group], lr=0.0, betas=tuple(betas), eps=eps,
-                                       weight_decay=weight_decay, fused=True)
+        self.adamw = torch.optim.AdamW(
+            [adam_group], lr=0.0, betas=tuple(betas), eps=eps, weight_decay=weight_decay, fused=True
+        )
         self._share()
 
     def _share(self) -> None:

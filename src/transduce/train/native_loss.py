@@ -25,14 +25,21 @@ SOURCE = Path(__file__).with_name("native_loss.cpp")
 @functools.cache
 def extension():
     """The compiled extension module, or None (with a warning saying why) if it cannot be built."""
-    return build("transduce_native_loss", SOURCE, "the C++ loss", "training uses the tensor-op loss",
-                 headers=(Path(__file__).with_name("bf16.h"),))
+    return build(
+        "transduce_native_loss",
+        SOURCE,
+        "the C++ loss",
+        "training uses the tensor-op loss",
+        headers=(Path(__file__).with_name("bf16.h"),),
+    )
 
 
 def applies(*blocks: Tensor) -> bool:
     """Whether the C++ loss takes these logit blocks: CPU, fp32 or bf16, and the extension built."""
-    return (all(b.device.type == "cpu" and b.dtype in (torch.float32, torch.bfloat16) for b in blocks)
-            and extension() is not None)
+    return (
+        all(b.device.type == "cpu" and b.dtype in (torch.float32, torch.bfloat16) for b in blocks)
+        and extension() is not None
+    )
 
 
 def smoothed_block_(z: Tensor, y: Tensor, epsilon: float, pad_id: int, grad: bool) -> tuple[Tensor, Tensor]:
@@ -42,8 +49,9 @@ def smoothed_block_(z: Tensor, y: Tensor, epsilon: float, pad_id: int, grad: boo
     return out[:, 0], out[:, 1]
 
 
-def rdrop_block_(z1: Tensor, z2: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float,
-                 grad: bool) -> tuple[Tensor, Tensor]:
+def rdrop_block_(
+    z1: Tensor, z2: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float, grad: bool
+) -> tuple[Tensor, Tensor]:
     """R-Drop loss and the two copies' summed NLL (r,) of logit blocks ``z1``, ``z2`` (r, V) with labels
     ``y`` (r,); afterwards they hold their gradients when ``grad``. As ``loss._rdrop_block``."""
     out = extension().rdrop_block_(z1, z2, y, epsilon, pad_id, alpha, grad)  # (r, 2)

@@ -17,8 +17,9 @@ from .distributed import Dist
 from .muon import MuonAdamW, muon_parameter
 
 
-def build_optimizer(named_params: Iterable[tuple[str, nn.Parameter]], cfg: TrainConfig,
-                    ctx: Dist | None = None) -> torch.optim.Optimizer:
+def build_optimizer(
+    named_params: Iterable[tuple[str, nn.Parameter]], cfg: TrainConfig, ctx: Dist | None = None
+) -> torch.optim.Optimizer:
     """``cfg.optimizer``'s optimiser over ``named_params``, learning rate 0 (the schedule sets it); ``ctx``:
     the ranks of data-parallel training, which share Muon's work."""
     named = list(named_params)
@@ -27,5 +28,11 @@ def build_optimizer(named_params: Iterable[tuple[str, nn.Parameter]], cfg: Train
         adam = [p for n, p in named if not muon_parameter(n, p)]
         return MuonAdamW(muon, adam, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay, ctx=ctx)
     # AdamW: weight decay decoupled from the gradient (Loshchilov & Hutter, 2019), as fairseq's --weight-decay
-    return torch.optim.AdamW([p for _, p in named], lr=0.0, betas=tuple(cfg.adam_betas), eps=cfg.adam_eps,
-                             weight_decay=cfg.weight_decay, fused=True)
+    return torch.optim.AdamW(
+        [p for _, p in named],
+        lr=0.0,
+        betas=tuple(cfg.adam_betas),
+        eps=cfg.adam_eps,
+        weight_decay=cfg.weight_decay,
+        fused=True,
+    )

@@ -28,15 +28,18 @@ class RDrop:
         self.epsilon, self.alpha, self.pad_id = float(epsilon), float(alpha), pad_id
         self.native = native  # the C++ loss blocks where they apply, else the tensor ops (transduce.fastpaths)
 
-    def __call__(self, states: Tensor, weight: Tensor, labels: Tensor, dtype: torch.dtype, rows: int
-                 ) -> tuple[Tensor, Tensor]:
+    def __call__(
+        self, states: Tensor, weight: Tensor, labels: Tensor, dtype: torch.dtype, rows: int
+    ) -> tuple[Tensor, Tensor]:
         # two copies per block: half the rows keep the block's two (r, V) matrices in cache
-        return projected_rdrop_loss(states, weight, labels, self.epsilon, self.pad_id, self.alpha, dtype,
-                                    max(rows // 2, 1), self.native)
+        return projected_rdrop_loss(
+            states, weight, labels, self.epsilon, self.pad_id, self.alpha, dtype, max(rows // 2, 1), self.native
+        )
 
 
-def _rdrop_block(z1: Tensor, z2: Tensor, ys: Tensor, epsilon: float, pad_id: int, alpha: float
-                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _rdrop_block(
+    z1: Tensor, z2: Tensor, ys: Tensor, epsilon: float, pad_id: int, alpha: float
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """R-Drop loss of fp32 logit blocks ``z1``, ``z2`` (r, V), two dropout samples of the same rows with
     labels ``ys`` (r, 1). Returns (loss (r,), nll (r,) of both copies summed, ∂loss/∂z1, ∂loss/∂z2).
 
@@ -75,8 +78,20 @@ class ProjectedPairLoss(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h1: Tensor, w1: Tensor, h2: Tensor, w2: Tensor, y: Tensor, epsilon: float, pad_id: int,
-                alpha: float, dtype: torch.dtype, rows: int = 64, native: bool = True) -> tuple[Tensor, Tensor]:
+    def forward(
+        ctx,
+        h1: Tensor,
+        w1: Tensor,
+        h2: Tensor,
+        w2: Tensor,
+        y: Tensor,
+        epsilon: float,
+        pad_id: int,
+        alpha: float,
+        dtype: torch.dtype,
+        rows: int = 64,
+        native: bool = True,
+    ) -> tuple[Tensor, Tensor]:
         hc1, wc1 = h1.to(dtype), w1.to(dtype)  # (N, d), (V, d)
         hc2, wc2 = h2.to(dtype), (wc1 if w2 is w1 else w2.to(dtype))
         n, want_grad = y.size(0), any(ctx.needs_input_grad[:4])
@@ -89,8 +104,9 @@ class ProjectedPairLoss(torch.autograd.Function):
             if native:  # the same in C++: the logits made in place in g1, g2 and turned into their gradients
                 z1 = torch.mm(hc1[s:e], wc1.t(), out=g1[s:e]) if want_grad else hc1[s:e] @ wc1.t()  # (r, V)
                 z2 = torch.mm(hc2[s:e], wc2.t(), out=g2[s:e]) if want_grad else hc2[s:e] @ wc2.t()  # (r, V)
-                loss_rows[s:e], nll_rows[s:e] = native_loss.rdrop_block_(z1, z2, y[s:e], epsilon, pad_id, alpha,
-                                                                         want_grad)
+                loss_rows[s:e], nll_rows[s:e] = native_loss.rdrop_block_(
+                    z1, z2, y[s:e], epsilon, pad_id, alpha, want_grad
+                )
                 continue
             z1 = (hc1[s:e] @ wc1.t()).float()  # (r, V)
             z2 = (hc2[s:e] @ wc2.t()).float()  # (r, V)
@@ -114,8 +130,17 @@ class ProjectedPairLoss(torch.autograd.Function):
         return (*out, None, None, None, None, None, None, None)
 
 
-def projected_rdrop_loss(h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float,
-                         dtype: torch.dtype, rows: int = 64, native: bool = True) -> tuple[Tensor, Tensor]:
+def projected_rdrop_loss(
+    h: Tensor,
+    weight: Tensor,
+    y: Tensor,
+    epsilon: float,
+    pad_id: int,
+    alpha: float,
+    dtype: torch.dtype,
+    rows: int = 64,
+    native: bool = True,
+) -> tuple[Tensor, Tensor]:
     """R-Drop through :class:`ProjectedPairLoss`: ``h`` (2N, d) holds copy 1's rows, then copy 2's, both
     projected by ``weight`` (V, d). Same arguments and results as :func:`rdrop_loss`, plus ``rows`` and
     ``native`` (the C++ loss blocks where they apply)."""
@@ -123,8 +148,9 @@ def projected_rdrop_loss(h: Tensor, weight: Tensor, y: Tensor, epsilon: float, p
     return ProjectedPairLoss.apply(h[:n], weight, h[n:], weight, y, epsilon, pad_id, alpha, dtype, rows, native)
 
 
-def rdrop_loss(h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float,
-               dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+def rdrop_loss(
+    h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
     """R-Drop (Liang et al., 2021): two dropout samples of each position, their smoothed losses plus
     α times their symmetric KL divergence. Beyond the paper; a regulariser for small corpora.
 

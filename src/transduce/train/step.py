@@ -40,8 +40,10 @@ def native_bf16(device_type: str) -> tuple[bool, str]:
         return ok, "the GPU supports bf16" if ok else "this GPU has no bf16"
     if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported():
         return True, "the CPU has AVX-512-BF16/AMX"
-    return False, (f"the CPU has no native bf16 (no AVX-512-BF16 or AMX; capability "
-                   f"{torch.backends.cpu.get_cpu_capability()}), where bf16 matmuls are emulated and ~20x slower")
+    return False, (
+        f"the CPU has no native bf16 (no AVX-512-BF16 or AMX; capability "
+        f"{torch.backends.cpu.get_cpu_capability()}), where bf16 matmuls are emulated and ~20x slower"
+    )
 
 
 def resolve_dtype(dtype: str, device_type: str) -> tuple[str, str]:
@@ -70,7 +72,11 @@ def attention_kernel(name: str):
     written-out formula that :class:`TrainingLoss` sets on the model's attention modules)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    kernels = {"math": SDPBackend.MATH, "flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    kernels = {
+        "math": SDPBackend.MATH,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    }
     return sdpa_kernel(kernels[name]) if name in kernels else contextlib.nullcontext()
 
 
@@ -111,8 +117,9 @@ class TrainingLoss(nn.Module):
             h = self.model.hidden(src, tgt[:, :-1])  # (copies·B, T-1, d_model)
         states = h.unflatten(0, (copies, -1))[:, keep].flatten(0, 1)  # (copies·N, d_model), copy by copy
         rows = 64 if self.device.type == "cpu" else 8192  # CPU: blocks that stay in cache; GPU: few launches
-        loss, nll = self.objective(states, self.model.generator.weight, labels[keep],
-                                   AUTOCAST.get(self.dtype, torch.float32), rows)
+        loss, nll = self.objective(
+            states, self.model.generator.weight, labels[keep], AUTOCAST.get(self.dtype, torch.float32), rows
+        )
         return loss, nll.detach(), copies * int(keep.sum())
 
 
@@ -123,9 +130,19 @@ class Stepper:
     With several ranks the model and its loss are wrapped in DistributedDataParallel here.
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, schedule: Schedule, *,
-                 device: torch.device, objective=None, dtype: str = "fp32", clip_norm: float = 0.0,
-                 ctx: Dist = Dist(), kernel: str = "auto"):
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        schedule: Schedule,
+        *,
+        device: torch.device,
+        objective=None,
+        dtype: str = "fp32",
+        clip_norm: float = 0.0,
+        ctx: Dist = Dist(),
+        kernel: str = "auto",
+    ):
         if dtype == "fp16" and device.type != "cuda":
             raise ValueError("key 'dtype': 'fp16' needs a CUDA device (use 'bf16' on CPU)")
         self.loss = TrainingLoss(model, objective or SmoothedLoss(0.1), device, dtype, kernel)
@@ -156,14 +173,24 @@ class Stepper:
                 loss, nll, n = self.model(src, tgt)
                 scaled = loss * factor
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            sums += torch.stack([loss.detach().double(), nll.double(),
-                                 torch.tensor(float(n), dtype=torch.float64, device=self.device),
-                                 torch.tensor(float(batch.src_tokens), dtype=torch.float64, device=self.device)])
+            sums += torch.stack(
+                [
+                    loss.detach().double(),
+                    nll.double(),
+                    torch.tensor(float(n), dtype=torch.float64, device=self.device),
+                    torch.tensor(float(batch.src_tokens), dtype=torch.float64, device=self.device),
+                ]
+            )
         loss_sum, nll_sum, tokens, src_tokens = all_sum(sums, self.ctx).tolist()
         lr = self.schedule(step, progress)
-        stats = UpdateStats(loss_sum / max(tokens, 1), nll_sum / max(tokens, 1), int(tokens) // self.loss.copies,
-                            int(src_tokens),
-                            lr, math.isfinite(loss_sum))
+        stats = UpdateStats(
+            loss_sum / max(tokens, 1),
+            nll_sum / max(tokens, 1),
+            int(tokens) // self.loss.copies,
+            int(src_tokens),
+            lr,
+            math.isfinite(loss_sum),
+        )
         if not stats.finite:
             self.optimizer.zero_grad(set_to_none=True)
             return stats

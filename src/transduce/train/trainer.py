@@ -95,17 +95,35 @@ class Trainer:
         if cfg.fast_dropout:
             use_fast_dropout(self.model, native=self.fast.dropout.name == "native")
         self.model.train()
-        self.optimizer = build_optimizer([np for np in self.model.named_parameters() if np[1].requires_grad], cfg,
-                                         self.ctx)  # train.freeze's parameters stay as they are
+        self.optimizer = build_optimizer(
+            [np for np in self.model.named_parameters() if np[1].requires_grad], cfg, self.ctx
+        )  # train.freeze's parameters stay as they are
         # the moving average lives on rank 0, which alone writes checkpoints (every rank has the same weights)
-        self.ema = WeightEMA(self.model, cfg.ema_decay, cfg.ema_start or cfg.warmup) \
-            if cfg.ema_decay > 0 and self.ctx.is_main else None
+        self.ema = (
+            WeightEMA(self.model, cfg.ema_decay, cfg.ema_start or cfg.warmup)
+            if cfg.ema_decay > 0 and self.ctx.is_main
+            else None
+        )
         schedule = Schedule(cfg.schedule, cfg.warmup, model_cfg.d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr)
-        self.stepper = Stepper(self.model, self.optimizer, schedule, objective=training_objective(cfg, model_cfg, self.fast),
-                               device=self.device, dtype=cfg.dtype, clip_norm=cfg.clip_norm, ctx=self.ctx,
-                               kernel=self.fast.attention.name)
-        self.batches = TokenBatches(data.split(cfg.train_split), cfg.max_tokens, seed=cfg.seed, shuffle=True,
-                                    rank=self.ctx.rank, world_size=self.ctx.world_size)
+        self.stepper = Stepper(
+            self.model,
+            self.optimizer,
+            schedule,
+            objective=training_objective(cfg, model_cfg, self.fast),
+            device=self.device,
+            dtype=cfg.dtype,
+            clip_norm=cfg.clip_norm,
+            ctx=self.ctx,
+            kernel=self.fast.attention.name,
+        )
+        self.batches = TokenBatches(
+            data.split(cfg.train_split),
+            cfg.max_tokens,
+            seed=cfg.seed,
+            shuffle=True,
+            rank=self.ctx.rank,
+            world_size=self.ctx.world_size,
+        )
         self.valid = data.split(cfg.valid_split) if has_split(data, cfg.valid_split) else None
         # progress, all of it in checkpoints
         self.step, self.epoch, self.index, self.elapsed = 0, 1, 0, 0.0
@@ -128,20 +146,29 @@ class Trainer:
         if not found:
             return
         state = ckpt.read_state(found[-1])
-        changed = {k: (v, state["model_config"].get(k)) for k, v in self.model_cfg.to_dict().items()
-                   if state["model_config"].get(k) != v}
+        changed = {
+            k: (v, state["model_config"].get(k))
+            for k, v in self.model_cfg.to_dict().items()
+            if state["model_config"].get(k) != v
+        }
         if changed:
-            raise ConfigError(f"{found[-1]}: the [model] config differs from the checkpoint's: "
-                              + ", ".join(f"{k} = {new!r} (checkpoint: {old!r})" for k, (new, old) in changed.items()))
+            raise ConfigError(
+                f"{found[-1]}: the [model] config differs from the checkpoint's: "
+                + ", ".join(f"{k} = {new!r} (checkpoint: {old!r})" for k, (new, old) in changed.items())
+            )
         if self.ema is not None and not (found[-1] / "ema.safetensors").is_file():
-            raise ConfigError(f"{found[-1]}: written without train.ema_decay, so it holds no moving average to "
-                              "resume; resume with ema_decay = 0, or start a new run")
+            raise ConfigError(
+                f"{found[-1]}: written without train.ema_decay, so it holds no moving average to "
+                "resume; resume with ema_decay = 0, or start a new run"
+            )
         state = ckpt.load_checkpoint(found[-1], self.model, self.optimizer, extra=self._extra_weights())
         if self.ema is not None:
             self.ema.restore(state.get("ema_updates", 0))
         if state["world_size"] != self.ctx.world_size:
-            raise ValueError(f"{found[-1]}: written by {state['world_size']} processes, resumed with "
-                             f"{self.ctx.world_size}; the data shards would differ")
+            raise ValueError(
+                f"{found[-1]}: written by {state['world_size']} processes, resumed with "
+                f"{self.ctx.world_size}; the data shards would differ"
+            )
         self.step, self.epoch, self.index = state["step"], state["epoch"], state["batch_index"]
         self.elapsed, self.best = state["elapsed_s"], state["best"]
         self.nonfinite_run, self.nonfinite_total = state["nonfinite_run"], state["nonfinite_total"]
@@ -153,12 +180,21 @@ class Trainer:
         self.resumed_from = found[-1]
 
     def _state(self) -> dict[str, Any]:
-        return {"step": self.step, "epoch": self.epoch, "batch_index": self.index, "elapsed_s": self.elapsed,
-                "best": self.best, "nonfinite_run": self.nonfinite_run, "nonfinite_total": self.nonfinite_total,
-                "bad_validations": self.bad_validations, "world_size": self.ctx.world_size,
-                "scaler": self.stepper.scaler.state_dict() if self.stepper.scaler is not None else None,
-                "train_config": self.cfg.to_dict(), "model_config": self.model_cfg.to_dict(),
-                "ema_updates": self.ema.updates if self.ema is not None else None}
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_index": self.index,
+            "elapsed_s": self.elapsed,
+            "best": self.best,
+            "nonfinite_run": self.nonfinite_run,
+            "nonfinite_total": self.nonfinite_total,
+            "bad_validations": self.bad_validations,
+            "world_size": self.ctx.world_size,
+            "scaler": self.stepper.scaler.state_dict() if self.stepper.scaler is not None else None,
+            "train_config": self.cfg.to_dict(),
+            "model_config": self.model_cfg.to_dict(),
+            "ema_updates": self.ema.updates if self.ema is not None else None,
+        }
 
     def _extra_weights(self) -> dict[str, torch.nn.Module]:
         """Weights that checkpoints keep beside the model: the moving average, with train.ema_decay."""
@@ -243,26 +279,39 @@ class Trainer:
     def _open_log(self) -> tuple[RunLog, Any]:
         """The run's log, with what a reader needs first, and the validation BLEU function (or None)."""
         cfg, main = self.cfg, self.ctx.is_main
-        log = RunLog(self.run_dir, main, cfg.max_steps, self.step, cfg.log_every, cfg.tensorboard,
-                     None if cfg.max_minutes is None else 60 * cfg.max_minutes - self.elapsed)
+        log = RunLog(
+            self.run_dir,
+            main,
+            cfg.max_steps,
+            self.step,
+            cfg.log_every,
+            cfg.tensorboard,
+            None if cfg.max_minutes is None else 60 * cfg.max_minutes - self.elapsed,
+        )
         if self.resumed_from is not None:
             log.message(f"resumed from {self.resumed_from} (step {self.step}, epoch {self.epoch})")
         elif self.resume_requested:
             log.message(f"--resume: no checkpoint in {self.ckpt_dir}, starting from step 0")
-        bleu = bleu_hook(self.valid, self.data.vocabs, cfg.bleu_sentences, cfg.bleu_beam, self.device) \
-            if self.valid is not None and main else None
+        bleu = (
+            bleu_hook(self.valid, self.data.vocabs, cfg.bleu_sentences, cfg.bleu_beam, self.device)
+            if self.valid is not None and main
+            else None
+        )
         if self.valid is None:
             log.message(f"no split {cfg.valid_split!r} in {cfg.data}: no validation; the final model is the last")
         elif bleu is None and cfg.bleu_sentences > 0:
-            log.message("validation: loss and perplexity only (no translator in transduce.decode yet); "
-                        "best checkpoint by validation loss")
+            log.message(
+                "validation: loss and perplexity only (no translator in transduce.decode yet); "
+                "best checkpoint by validation loss"
+            )
         return log, bleu
 
     def _checkpoint_due(self, last_save: float) -> bool:
         """Every ``save_every_steps`` updates, and every ``save_every_minutes`` (the paper: 10 minutes)."""
         cfg = self.cfg
-        return (cfg.save_every_steps is not None and self.step % cfg.save_every_steps == 0) or \
-            (cfg.save_every_minutes is not None and time.perf_counter() - last_save >= 60 * cfg.save_every_minutes)
+        return (cfg.save_every_steps is not None and self.step % cfg.save_every_steps == 0) or (
+            cfg.save_every_minutes is not None and time.perf_counter() - last_save >= 60 * cfg.save_every_minutes
+        )
 
     def _on_signal(self, signum, _frame) -> None:
         self.stop_reason = f"{signal.Signals(signum).name} received"
@@ -278,8 +327,9 @@ class Trainer:
         """With several ranks: stop together, and share one elapsed time (the mean), so that a time-based
         learning rate is the same on every rank."""
         if self.ctx.enabled:
-            values = torch.tensor([1.0 if self.stop_reason else 0.0, self.elapsed], dtype=torch.float64,
-                                  device=self.device)
+            values = torch.tensor(
+                [1.0 if self.stop_reason else 0.0, self.elapsed], dtype=torch.float64, device=self.device
+            )
             flag, elapsed = all_sum(values, self.ctx).tolist()
             self.elapsed = elapsed / self.ctx.world_size
             if flag > 0 and self.stop_reason is None:
@@ -299,7 +349,8 @@ class Trainer:
             raise TrainingStopped(
                 f"the loss was not finite for {self.nonfinite_run} updates in a row (after step {self.step}, "
                 f"lr {stats.lr:.3g}); last checkpoint: {last[-1] if last else 'none'}. Try a smaller lr_scale "
-                f"or peak_lr, a longer warmup, clip_norm, or dtype 'bf16'/'fp32' instead of 'fp16'")
+                f"or peak_lr, a longer warmup, clip_norm, or dtype 'bf16'/'fp32' instead of 'fp16'"
+            )
         return False
 
     def _validate_last(self, log: RunLog, bleu) -> None:
@@ -312,10 +363,10 @@ class Trainer:
         if not self.ctx.is_main:
             return
         vb = TokenBatches(self.valid, self.cfg.max_tokens, shuffle=False)
-        objective = SmoothedLoss(self.model_cfg.label_smoothing, self.model_cfg.pad_id,
-                                 native=self.fast.loss.name == "native")
-        values = valid_loss(self.model, vb.epoch(0), self.device, self.cfg.dtype, objective,
-                            self.fast.attention.name)
+        objective = SmoothedLoss(
+            self.model_cfg.label_smoothing, self.model_cfg.pad_id, native=self.fast.loss.name == "native"
+        )
+        values = valid_loss(self.model, vb.epoch(0), self.device, self.cfg.dtype, objective, self.fast.attention.name)
         if bleu is not None:
             values["valid_bleu"] = bleu(self.model)
         metric = "valid_bleu" if "valid_bleu" in values else "valid_loss"
@@ -343,8 +394,12 @@ class Trainer:
             ckpt.load_checkpoint(best_dir, model, restore_rng=False)
             source = f"best by {self.best['metric']} = {self.best['value']:.4g} (step {self.best['step']})"
         manifest = self.data.manifest
-        meta = {"src_lang": manifest.get("src_lang", ""), "tgt_lang": manifest.get("tgt_lang", ""),
-                "weights": source, "steps": self.step}
+        meta = {
+            "src_lang": manifest.get("src_lang", ""),
+            "tgt_lang": manifest.get("tgt_lang", ""),
+            "weights": source,
+            "steps": self.step,
+        }
         save_model_dir(out, model, self.data.vocabs, meta)
         self._save_ema_model(meta, log)
         reason = self.stop_reason or f"max_steps={self.cfg.max_steps} reached"

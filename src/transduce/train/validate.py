@@ -8,7 +8,7 @@ best checkpoint is chosen by validation loss.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -18,8 +18,9 @@ from .step import TrainingLoss
 
 
 @torch.no_grad()
-def valid_loss(model: nn.Module, batches, device: torch.device, dtype: str, objective: SmoothedLoss,
-               kernel: str = "auto") -> dict[str, float]:
+def valid_loss(
+    model: nn.Module, batches, device: torch.device, dtype: str, objective: SmoothedLoss, kernel: str = "auto"
+) -> dict[str, float]:
     """Smoothed loss, NLL and perplexity per target token over ``batches`` (model in eval mode)."""
     was_training = model.training
     model.eval()
@@ -31,12 +32,15 @@ def valid_loss(model: nn.Module, batches, device: torch.device, dtype: str, obje
         loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + n
     model.train(was_training)
     nll = nll_sum / max(tokens, 1)
-    return {"valid_loss": loss_sum / max(tokens, 1), "valid_nll": nll,
-            "valid_ppl": math.exp(min(nll, 100.0)), "valid_tokens": tokens}
+    return {
+        "valid_loss": loss_sum / max(tokens, 1),
+        "valid_nll": nll,
+        "valid_ppl": math.exp(min(nll, 100.0)),
+        "valid_tokens": tokens,
+    }
 
 
-def bleu_hook(split, vocabs, sentences: int, beam: int, device: torch.device
-              ) -> Callable[[nn.Module], float] | None:
+def bleu_hook(split, vocabs, sentences: int, beam: int, device: torch.device) -> Callable[[nn.Module], float] | None:
     """A function model -> sacreBLEU of its translations of the first ``sentences`` of ``split``
     (raw NFC text in, detokenised text out), or None when ``transduce.decode`` has no translator."""
     if sentences <= 0:

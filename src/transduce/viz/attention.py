@@ -24,17 +24,20 @@ import torch
 from ..model import Transformer
 from .figure import plt, save_png
 
-KINDS = {"encoder": "encoder self-attention", "decoder": "decoder self-attention (masked)",
-         "cross": "encoder–decoder attention"}
+KINDS = {
+    "encoder": "encoder self-attention",
+    "decoder": "decoder self-attention (masked)",
+    "cross": "encoder–decoder attention",
+}
 
 
 @dataclass
 class AttentionMaps:
     """Weights of one sentence. encoder (L_enc, h, S, S); decoder (L_dec, h, T, T); cross (L_dec, h, T, S)."""
 
-    source: list[str]       # S pieces: source + </s>
-    target_in: list[str]    # T pieces: <s> + output
-    target_out: list[str]   # T pieces: output + </s>
+    source: list[str]  # S pieces: source + </s>
+    target_in: list[str]  # T pieces: <s> + output
+    target_out: list[str]  # T pieces: output + </s>
     translation: str
     encoder: np.ndarray
     decoder: np.ndarray
@@ -49,18 +52,29 @@ class AttentionMaps:
         return self.cross, self.target_out, self.source
 
     def to_json(self) -> dict:
-        return {"source": self.source, "target_in": self.target_in, "target_out": self.target_out,
-                "translation": self.translation,
-                **{k: np.round(getattr(self, k), 5).tolist() for k in KINDS}}
+        return {
+            "source": self.source,
+            "target_in": self.target_in,
+            "target_out": self.target_out,
+            "translation": self.translation,
+            **{k: np.round(getattr(self, k), 5).tolist() for k in KINDS},
+        }
 
     def save(self, path: str | Path) -> Path:
         """Write the raw weights as .npz (arrays + token lists) or .json."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".npz":
-            np.savez_compressed(path, encoder=self.encoder, decoder=self.decoder, cross=self.cross,
-                                source=np.array(self.source), target_in=np.array(self.target_in),
-                                target_out=np.array(self.target_out), translation=np.array(self.translation))
+            np.savez_compressed(
+                path,
+                encoder=self.encoder,
+                decoder=self.decoder,
+                cross=self.cross,
+                source=np.array(self.source),
+                target_in=np.array(self.target_in),
+                target_out=np.array(self.target_out),
+                translation=np.array(self.translation),
+            )
         elif path.suffix == ".json":
             path.write_text(json.dumps(self.to_json(), ensure_ascii=False) + "\n")
         else:
@@ -70,8 +84,9 @@ class AttentionMaps:
 
 # ----------------------------------------------------------------- weights
 @torch.no_grad()
-def record_weights(model: Transformer, src_ids: list[int], out_ids: list[int]
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def record_weights(
+    model: Transformer, src_ids: list[int], out_ids: list[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One teacher-forced pass recording every head's weights.
 
     src_ids: source ids without eos; out_ids: output ids without bos/eos.
@@ -81,9 +96,11 @@ def record_weights(model: Transformer, src_ids: list[int], out_ids: list[int]
     cfg = model.config
     src = torch.tensor([list(src_ids) + [cfg.eos_id]])  # (1, S)
     tgt_in = torch.tensor([[cfg.bos_id] + list(out_ids)])  # (1, T)
-    groups = {"encoder": [layer.self_attn for layer in model.encoder.layers],
-              "decoder": [layer.self_attn for layer in model.decoder.layers],
-              "cross": [layer.cross_attn for layer in model.decoder.layers]}
+    groups = {
+        "encoder": [layer.self_attn for layer in model.encoder.layers],
+        "decoder": [layer.self_attn for layer in model.decoder.layers],
+        "cross": [layer.cross_attn for layer in model.decoder.layers],
+    }
     modules = [m for group in groups.values() for m in group]
     was_training = model.training
     model.eval()
@@ -91,8 +108,10 @@ def record_weights(model: Transformer, src_ids: list[int], out_ids: list[int]
         for m in modules:
             m.record = []
         model(src, tgt_in)
-        stacked = {k: torch.stack([m.record[0][0] for m in group]).float().numpy()  # (L, h, T_q, T_k)
-                   for k, group in groups.items()}
+        stacked = {
+            k: torch.stack([m.record[0][0] for m in group]).float().numpy()  # (L, h, T_q, T_k)
+            for k, group in groups.items()
+        }
     finally:
         for m in modules:
             m.record = None
@@ -117,9 +136,14 @@ def sentence_attention(translator, sentence: str, beam: int = 4) -> AttentionMap
     enc, dec, cross = record_weights(model, src_ids, result.tokens)
     eos = model.config.eos_id
     return AttentionMaps(
-        source=vocabs.src.pieces(src_ids + [eos]), target_in=vocabs.tgt.pieces([model.config.bos_id] + result.tokens),
-        target_out=vocabs.tgt.pieces(result.tokens + [eos]), translation=result.text,
-        encoder=enc, decoder=dec, cross=cross)
+        source=vocabs.src.pieces(src_ids + [eos]),
+        target_in=vocabs.tgt.pieces([model.config.bos_id] + result.tokens),
+        target_out=vocabs.tgt.pieces(result.tokens + [eos]),
+        translation=result.text,
+        encoder=enc,
+        decoder=dec,
+        cross=cross,
+    )
 
 
 # ----------------------------------------------------------------- drawing
@@ -137,12 +161,15 @@ def _panel(ax, weights: np.ndarray, rows: list[str], cols: list[str], title: str
     return image
 
 
-def check_selection(layer: int | None, head: int | None, encoder_layers: int, decoder_layers: int,
-                    n_heads: int) -> None:
+def check_selection(
+    layer: int | None, head: int | None, encoder_layers: int, decoder_layers: int, n_heads: int
+) -> None:
     """Raise ValueError unless --layer and --head (from 1) exist in both stacks."""
     if layer is not None and not 1 <= layer <= min(encoder_layers, decoder_layers):
-        raise ValueError(f"--layer {layer}: the model has {encoder_layers} encoder and "
-                         f"{decoder_layers} decoder layers (numbered from 1)")
+        raise ValueError(
+            f"--layer {layer}: the model has {encoder_layers} encoder and "
+            f"{decoder_layers} decoder layers (numbered from 1)"
+        )
     if head is not None and not 1 <= head <= n_heads:
         raise ValueError(f"--head {head}: the model has {n_heads} heads (numbered from 1)")
 
@@ -160,18 +187,20 @@ def draw(maps: AttentionMaps, layer: int | None, head: int | None, out: str | Pa
     grid = (1, 3) if single else (len(KINDS), columns)
     tokens = max(len(maps.source), len(maps.target_in))
     cell = min(7.0, max(2.6, 0.22 * tokens))  # inches per panel: about 0.2 in per token
-    fig, axes = plt.subplots(*grid, figsize=((cell + 1.0) * grid[1], cell * grid[0] + 0.8), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        *grid, figsize=((cell + 1.0) * grid[1], cell * grid[0] + 0.8), squeeze=False, layout="constrained"
+    )
     for k, (kind, kind_title) in enumerate(KINDS.items()):
         weights, rows, cols = maps.kind(kind)
         if layer is not None:
-            panels = [(weights[layer - 1, h], f"layer {layer}, head {h + 1}")
-                      for h in ([head - 1] if head else range(n_heads))]
+            panels = [
+                (weights[layer - 1, h], f"layer {layer}, head {h + 1}")
+                for h in ([head - 1] if head else range(n_heads))
+            ]
         elif head is not None:
             panels = [(weights[i, head - 1], f"layer {i + 1}, head {head}") for i in range(weights.shape[0])]
         else:
-            panels = [(weights[i].mean(0), f"layer {i + 1}, mean of {n_heads} heads")
-                      for i in range(weights.shape[0])]
+            panels = [(weights[i].mean(0), f"layer {i + 1}, mean of {n_heads} heads") for i in range(weights.shape[0])]
         vmax = max(float(w.max()) for w, _ in panels) or 1.0
         row_axes = [axes[0, k]] if single else list(axes[k])
         for col, ax in enumerate(row_axes):
@@ -180,8 +209,12 @@ def draw(maps: AttentionMaps, layer: int | None, head: int | None, out: str | Pa
                 continue
             image = _panel(ax, panels[col][0], rows, cols, f"{kind_title}\n{panels[col][1]}", vmax)
         fig.colorbar(image, ax=row_axes, shrink=0.8, label="attention weight")
-    fig.suptitle("\n".join(textwrap.wrap(f"{''.join(maps.source[:-1]).replace(chr(0x2581), ' ').strip()}  →  "
-                                         f"{maps.translation}", 110)), fontsize=11)
+    fig.suptitle(
+        "\n".join(
+            textwrap.wrap(f"{''.join(maps.source[:-1]).replace(chr(0x2581), ' ').strip()}  →  {maps.translation}", 110)
+        ),
+        fontsize=11,
+    )
     return save_png(fig, out)
 
 

@@ -41,10 +41,12 @@ from .restricted import banded_attention
 
 LAYERS = ("self_attention", "restricted", "recurrent", "convolution")
 # the paper's Table 1 rows and the exponents of n and d they imply
-PAPER = {"self_attention": ("O(n²·d)", "O(1)", "O(1)", 2, 1),
-         "restricted": ("O(r·n·d)", "O(1)", "O(n/r)", 1, 1),
-         "recurrent": ("O(n·d²)", "O(n)", "O(n)", 1, 2),
-         "convolution": ("O(k·n·d²)", "O(1)", "O(log_k(n))", 1, 2)}
+PAPER = {
+    "self_attention": ("O(n²·d)", "O(1)", "O(1)", 2, 1),
+    "restricted": ("O(r·n·d)", "O(1)", "O(n/r)", 1, 1),
+    "recurrent": ("O(n·d²)", "O(n)", "O(n)", 1, 2),
+    "convolution": ("O(k·n·d²)", "O(1)", "O(log_k(n))", 1, 2),
+}
 
 
 def self_attention(x: torch.Tensor) -> torch.Tensor:
@@ -59,8 +61,14 @@ class UnrolledLSTM(nn.Module):
     def __init__(self, lstm: nn.LSTM):
         super().__init__()
         self.cell = nn.LSTMCell(lstm.input_size, lstm.hidden_size)
-        self.cell.load_state_dict({"weight_ih": lstm.weight_ih_l0, "weight_hh": lstm.weight_hh_l0,
-                                   "bias_ih": lstm.bias_ih_l0, "bias_hh": lstm.bias_hh_l0})
+        self.cell.load_state_dict(
+            {
+                "weight_ih": lstm.weight_ih_l0,
+                "weight_hh": lstm.weight_hh_l0,
+                "bias_ih": lstm.bias_ih_l0,
+                "bias_hh": lstm.bias_hh_l0,
+            }
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, n, d) -> hidden states (B, n, d)."""
@@ -80,8 +88,12 @@ def build_layers(d: int, r: int, k: int, seed: int = 0) -> dict[str, tuple]:
     run_lstm = lambda x: lstm(x)[0]  # noqa: E731
     run_conv = lambda x: conv(x.transpose(1, 2)).transpose(1, 2)  # noqa: E731  (B, d, n) inside
     run_restricted = lambda x: banded_attention(x, x, x, r)  # noqa: E731
-    return {"self_attention": (self_attention, self_attention), "restricted": (run_restricted, run_restricted),
-            "recurrent": (run_lstm, UnrolledLSTM(lstm)), "convolution": (run_conv, run_conv)}
+    return {
+        "self_attention": (self_attention, self_attention),
+        "restricted": (run_restricted, run_restricted),
+        "recurrent": (run_lstm, UnrolledLSTM(lstm)),
+        "convolution": (run_conv, run_conv),
+    }
 
 
 def count_flops(fn, x: torch.Tensor) -> int:
@@ -120,8 +132,11 @@ def peak_memory(fn, x: torch.Tensor) -> int:
     """Peak live bytes allocated during ``fn(x)`` from the profiler's allocation records."""
     from torch.profiler import ProfilerActivity, profile
 
-    with _native_stderr_silenced(), torch.inference_mode(), \
-            profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with (
+        _native_stderr_silenced(),
+        torch.inference_mode(),
+        profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
         fn(x)
     live = peak = 0
     for event in sorted(prof.events(), key=lambda e: e.time_range.end):
@@ -153,58 +168,81 @@ def slope(xs: list[float], ys: list[float]) -> float:
 
 def structure(lengths: list[int], r: int, k: int) -> dict[str, dict[str, list[int]]]:
     """Computed sequential operations and maximum path lengths per length (dilated conv included)."""
-    kinds = {"self_attention": "self_attention", "restricted": "restricted", "recurrent": "recurrent",
-             "convolution": "convolution", "convolution (dilated)": "dilated"}
-    return {label: {"sequential": [sequential_operations(kind, n) for n in lengths],
-                    "path": [max_path_length(kind, n, r, k) for n in lengths]} for label, kind in kinds.items()}
+    kinds = {
+        "self_attention": "self_attention",
+        "restricted": "restricted",
+        "recurrent": "recurrent",
+        "convolution": "convolution",
+        "convolution (dilated)": "dilated",
+    }
+    return {
+        label: {
+            "sequential": [sequential_operations(kind, n) for n in lengths],
+            "path": [max_path_length(kind, n, r, k) for n in lengths],
+        }
+        for label, kind in kinds.items()
+    }
 
 
-def markdown_table(d: int, lengths: list[int], r: int, k: int, by_n: dict, by_d: dict | None,
-                   paths: dict) -> str:
+def markdown_table(d: int, lengths: list[int], r: int, k: int, by_n: dict, by_d: dict | None, paths: dict) -> str:
     """Table 1 beside the measured orders. Slopes in n use all lengths for FLOPs and the longest half
     for time and memory (short sequences are dominated by fixed overheads)."""
     n_max, half = lengths[-1], max(2, len(lengths) // 2)
-    head = (f"Table 1 measured at d = {d}, r = {r}, k = {k}, n = {', '.join(map(str, lengths))}\n\n"
-            "| layer | paper: complexity | FLOPs at n = {0} | slope in n: FLOPs / time / memory (paper) | "
-            "slope in d: FLOPs (paper) | paper: sequential | computed at n = {0} | "
-            "paper: max path | computed at n = {0} |\n|---|---|---|---|---|---|---|---|---|\n").format(n_max)
+    head = (
+        f"Table 1 measured at d = {d}, r = {r}, k = {k}, n = {', '.join(map(str, lengths))}\n\n"
+        "| layer | paper: complexity | FLOPs at n = {0} | slope in n: FLOPs / time / memory (paper) | "
+        "slope in d: FLOPs (paper) | paper: sequential | computed at n = {0} | "
+        "paper: max path | computed at n = {0} |\n|---|---|---|---|---|---|---|---|---|\n"
+    ).format(n_max)
     lines = []
     for name in LAYERS:
         m, (complexity, seq, path, n_exp, d_exp) = by_n[name], PAPER[name]
-        n_slopes = (slope(m["n"], m["flops"]), slope(m["n"][-half:], m["seconds"][-half:]),
-                    slope(m["n"][-half:], m["bytes"][-half:]))
+        n_slopes = (
+            slope(m["n"], m["flops"]),
+            slope(m["n"][-half:], m["seconds"][-half:]),
+            slope(m["n"][-half:], m["bytes"][-half:]),
+        )
         d_slope = f"{slope(by_d[name]['d'], by_d[name]['flops']):.2f} ({d_exp})" if by_d else "–"
         computed_path = str(paths[name]["path"][-1])
         if name == "convolution":
             computed_path += f" contiguous; {paths['convolution (dilated)']['path'][-1]} dilated"
-        lines.append(f"| {name.replace('_', '-')} | {complexity} | {m['flops'][-1]:.3g} | "
-                     f"{' / '.join(f'{s:.2f}' for s in n_slopes)} ({n_exp}) | {d_slope} | {seq} | "
-                     f"{paths[name]['sequential'][-1]} | {path} | {computed_path} |")
-    notes = ("\nSelf-attention rows: the attention mixing only (single head, d_k = d), as Table 1 counts it; "
-             "projections add 8·n·d² FLOPs to any layer. Recurrent: nn.LSTM timed, FLOPs counted on the same "
-             "weights unrolled through nn.LSTMCell. Convolution: a contiguous kernel measured (path O(n/k)); the "
-             "dilated stack the paper's O(log_k n) assumes is computed from connectivity only. Memory: peak live "
-             "CPU bytes from torch.profiler allocation records. Slopes: least squares on log-log, FLOPs over all n, "
-             "time and memory over the longest half.\n")
+        lines.append(
+            f"| {name.replace('_', '-')} | {complexity} | {m['flops'][-1]:.3g} | "
+            f"{' / '.join(f'{s:.2f}' for s in n_slopes)} ({n_exp}) | {d_slope} | {seq} | "
+            f"{paths[name]['sequential'][-1]} | {path} | {computed_path} |"
+        )
+    notes = (
+        "\nSelf-attention rows: the attention mixing only (single head, d_k = d), as Table 1 counts it; "
+        "projections add 8·n·d² FLOPs to any layer. Recurrent: nn.LSTM timed, FLOPs counted on the same "
+        "weights unrolled through nn.LSTMCell. Convolution: a contiguous kernel measured (path O(n/k)); the "
+        "dilated stack the paper's O(log_k n) assumes is computed from connectivity only. Memory: peak live "
+        "CPU bytes from torch.profiler allocation records. Slopes: least squares on log-log, FLOPs over all n, "
+        "time and memory over the longest half.\n"
+    )
     return head + "\n".join(lines) + "\n" + notes
 
 
 def plot(by_n: dict, paths: dict, lengths: list[int], d: int, out: Path) -> Path:
     fig, axes = plt.subplots(2, 2, figsize=(12, 9), layout="constrained")
     half = max(2, len(lengths) // 2)
-    for ax, key, label in ((axes[0, 0], "flops", "FLOPs (counted)"), (axes[0, 1], "seconds", "wall time (s, median)"),
-                           (axes[1, 0], "bytes", "peak memory (bytes, profiler)")):
+    for ax, key, label in (
+        (axes[0, 0], "flops", "FLOPs (counted)"),
+        (axes[0, 1], "seconds", "wall time (s, median)"),
+        (axes[1, 0], "bytes", "peak memory (bytes, profiler)"),
+    ):
         for name in LAYERS:
             m = by_n[name]
             fit = slope(m["n"], m[key]) if key == "flops" else slope(m["n"][-half:], m[key][-half:])
-            ax.loglog(m["n"], m[key], "o-", label=f"{name.replace('_', '-')}: slope {fit:.2f} "
-                                                 f"(paper {PAPER[name][3]})")
+            ax.loglog(m["n"], m[key], "o-", label=f"{name.replace('_', '-')}: slope {fit:.2f} (paper {PAPER[name][3]})")
         ax.set(xlabel="sequence length n", ylabel=label, title=f"{label} per layer, d = {d}")
     ax = axes[1, 1]
     for name, values in paths.items():
         ax.loglog(lengths, values["path"], "o-", label=name.replace("_", "-"))
-    ax.set(xlabel="sequence length n", ylabel="maximum path length (layers + recurrent steps)",
-           title="maximum path length, from connectivity (BFS)")
+    ax.set(
+        xlabel="sequence length n",
+        ylabel="maximum path length (layers + recurrent steps)",
+        title="maximum path length, from connectivity (BFS)",
+    )
     for ax in axes.flat:
         ax.set_xticks(lengths, [str(n) for n in lengths])
         ax.xaxis.set_minor_locator(plt.NullLocator())
@@ -216,8 +254,9 @@ def plot(by_n: dict, paths: dict, lengths: list[int], d: int, out: Path) -> Path
 def add_arguments(parser) -> None:
     parser.add_argument("--d", type=int, default=256, help="model width d (default 256)")
     parser.add_argument("--lengths", default="16,32,64,128,256,512,1024", help="sequence lengths n")
-    parser.add_argument("--ds", default="64,128,256,512", help="widths for the slope in d (at n = --n-for-d); "
-                                                               "empty to skip")
+    parser.add_argument(
+        "--ds", default="64,128,256,512", help="widths for the slope in d (at n = --n-for-d); empty to skip"
+    )
     parser.add_argument("--n-for-d", type=int, default=128)
     parser.add_argument("--r", type=int, default=16, help="restricted self-attention neighbourhood")
     parser.add_argument("--k", type=int, default=3, help="convolution kernel width (odd)")
@@ -254,7 +293,22 @@ def run(args) -> int:
     table = markdown_table(args.d, lengths, args.r, args.k, by_n, by_d, paths)
     print(table)
     (out / "table.md").write_text(table, encoding="utf-8")
-    (out / "results.json").write_text(json.dumps({"d": args.d, "r": args.r, "k": args.k, "threads": args.threads,
-                                                  "by_n": by_n, "by_d": by_d, "paths": paths}, indent=1) + "\n")
-    print(f"wrote {out / 'table.md'}, {out / 'results.json'}, {plot(by_n, paths, lengths, args.d, out / 'complexity.png')}")
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "d": args.d,
+                "r": args.r,
+                "k": args.k,
+                "threads": args.threads,
+                "by_n": by_n,
+                "by_d": by_d,
+                "paths": paths,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    print(
+        f"wrote {out / 'table.md'}, {out / 'results.json'}, {plot(by_n, paths, lengths, args.d, out / 'complexity.png')}"
+    )
     return 0

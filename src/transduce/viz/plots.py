@@ -28,11 +28,13 @@ def plot_positions(d_model: int, length: int, out: str | Path, dims: list[int] |
         raise ValueError(f"--d-model must be even for sinusoidal positions, got {d_model}")
     table = sinusoid_table(length, d_model).numpy()  # (length, d_model)
     dims = [d for d in (dims or [0, 1, d_model // 8, d_model // 4, d_model // 2]) if d < d_model]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 8), layout="constrained",
-                                      gridspec_kw={"height_ratios": [3, 2]})
+    fig, (top, bottom) = plt.subplots(
+        2, 1, figsize=(10, 8), layout="constrained", gridspec_kw={"height_ratios": [3, 2]}
+    )
     image = top.imshow(table, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
-    top.set(title=f"sinusoidal positional encoding (§3.5), d_model = {d_model}", xlabel="dimension i",
-            ylabel="position")
+    top.set(
+        title=f"sinusoidal positional encoding (§3.5), d_model = {d_model}", xlabel="dimension i", ylabel="position"
+    )
     fig.colorbar(image, ax=top, label="PE(pos, i)")
     for d in dims:
         kind = "sin" if d % 2 == 0 else "cos"
@@ -44,8 +46,7 @@ def plot_positions(d_model: int, length: int, out: str | Path, dims: list[int] |
 
 
 # ----------------------------------------------------------------- §5.3 schedule
-def schedule_curves(config: str | None, d_models: list[int], warmup: int, steps: int
-                    ) -> list[tuple[str, np.ndarray]]:
+def schedule_curves(config: str | None, d_models: list[int], warmup: int, steps: int) -> list[tuple[str, np.ndarray]]:
     """(label, lr per step 1..steps) for a training config, or for each d_model at ``warmup`` (paper's formula)."""
     from ..train.schedule import Schedule
 
@@ -56,8 +57,12 @@ def schedule_curves(config: str | None, d_models: list[int], warmup: int, steps:
         cfg, model_table = load_config(config)
         # vocabulary sizes come from the data at training time; a placeholder lets the table be validated
         d_model = ModelConfig.from_dict({"vocab_size": 8, **model_table}, where=f"{config} [model]").d_model
-        schedules = [(f"{Path(config).name}: {cfg.schedule}, d_model {d_model}, warmup {cfg.warmup}",
-                      Schedule(cfg.schedule, cfg.warmup, d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr))]
+        schedules = [
+            (
+                f"{Path(config).name}: {cfg.schedule}, d_model {d_model}, warmup {cfg.warmup}",
+                Schedule(cfg.schedule, cfg.warmup, d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr),
+            )
+        ]
     else:
         schedules = [(f"d_model {d}, warmup {warmup}", Schedule("rsqrt", warmup, d)) for d in d_models]
     step = np.arange(1, steps + 1)
@@ -69,8 +74,11 @@ def plot_schedule(curves: list[tuple[str, np.ndarray]], out: str | Path) -> Path
     for label, lr in curves:
         peak = int(lr.argmax()) + 1
         ax.plot(np.arange(1, lr.size + 1), lr, label=f"{label} (peak {lr.max():.2e} at step {peak})")
-    ax.set(xlabel="update (step)", ylabel="learning rate",
-           title="learning-rate schedule (§5.3; rsqrt: d_model^-0.5 · min(step^-0.5, step · warmup^-1.5))")
+    ax.set(
+        xlabel="update (step)",
+        ylabel="learning rate",
+        title="learning-rate schedule (§5.3; rsqrt: d_model^-0.5 · min(step^-0.5, step · warmup^-1.5))",
+    )
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return save_png(fig, out)
@@ -92,12 +100,19 @@ def plot_smoothing(vocab: int, gold: int, epsilons: list[float], out: str | Path
     width = 0.8 / len(epsilons)
     for n, eps in enumerate(epsilons):
         q = smoothed_target(vocab, gold, eps)
-        ax.bar(np.arange(vocab) + (n - (len(epsilons) - 1) / 2) * width, q, width,
-               label=f"ε = {eps}: gold {q[gold]:.3f}, each other {q[(gold + 1) % vocab or 1]:.4f}, pad 0")
+        ax.bar(
+            np.arange(vocab) + (n - (len(epsilons) - 1) / 2) * width,
+            q,
+            width,
+            label=f"ε = {eps}: gold {q[gold]:.3f}, each other {q[(gold + 1) % vocab or 1]:.4f}, pad 0",
+        )
     ax.set_yscale("log")
     ax.set_xticks(range(vocab))
-    ax.set(xlabel="token id (0 = pad)", ylabel="target probability (log scale)",
-           title=f"label-smoothed target (§5.4), V = {vocab}, gold token {gold}")
+    ax.set(
+        xlabel="token id (0 = pad)",
+        ylabel="target probability (log scale)",
+        title=f"label-smoothed target (§5.4), V = {vocab}, gold token {gold}",
+    )
     ax.legend(fontsize=8)
     return save_png(fig, out)
 
@@ -113,9 +128,12 @@ def model_masks(src_lengths: list[int], tgt_length: int, window: int | None) -> 
     model = Transformer(ModelConfig.preset("tiny", vocab_size=8, max_positions=max(src_lengths + [tgt_length])))
     S = max(src_lengths)
     src = torch.tensor([[4] * n + [0] * (S - n) for n in src_lengths])  # (B, S) right-padded
-    masks = {"source padding mask (B × S)": model.source_mask(src)[:, 0, 0].numpy(),
-             f"decoder causal mask (T × T), T = {tgt_length}":
-                 torch.ones(tgt_length, tgt_length, dtype=torch.bool).tril().numpy()}
+    masks = {
+        "source padding mask (B × S)": model.source_mask(src)[:, 0, 0].numpy(),
+        f"decoder causal mask (T × T), T = {tgt_length}": torch.ones(tgt_length, tgt_length, dtype=torch.bool)
+        .tril()
+        .numpy(),
+    }
     if window is not None:
         masks[f"encoder window r = {window} (S × S)"] = window_mask(S, S, window, causal=False).numpy()
         masks[f"decoder window r = {window} (T × T)"] = window_mask(tgt_length, tgt_length, window, causal=True).numpy()
@@ -128,8 +146,7 @@ def plot_masks(masks: dict[str, np.ndarray], out: str | Path) -> Path:
         ax.imshow(mask, cmap="Greens", vmin=0, vmax=1.4, interpolation="nearest")
         ax.set_title(title, fontsize=9)
         for (i, j), keep in np.ndenumerate(mask):
-            ax.text(j, i, "1" if keep else "0", ha="center", va="center", fontsize=7,
-                    color="black" if keep else "0.6")
+            ax.text(j, i, "1" if keep else "0", ha="center", va="center", fontsize=7, color="black" if keep else "0.6")
         batch = "padding" in title
         ax.set(xlabel="key position", ylabel="sentence" if batch else "query position")
         ax.set_xticks(range(mask.shape[1]))
@@ -163,8 +180,12 @@ def read_metrics(path: str | Path) -> list[dict]:
 
 
 # series name -> keys that carry it (trainer: kind "train" + "loss"; other writers: "train_loss")
-SERIES = {"train loss": ("train_loss", "loss"), "valid loss": ("valid_loss",), "valid perplexity": ("valid_ppl",),
-          "valid BLEU": ("valid_bleu",)}
+SERIES = {
+    "train loss": ("train_loss", "loss"),
+    "valid loss": ("valid_loss",),
+    "valid perplexity": ("valid_ppl",),
+    "valid BLEU": ("valid_bleu",),
+}
 
 
 def metric_series(records: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -188,8 +209,11 @@ def metric_series(records: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray
 
 
 def plot_curves(series: dict, out: str | Path, title: str) -> Path:
-    panels = [("loss", ["train loss", "valid loss"]), ("valid perplexity", ["valid perplexity"]),
-              ("valid BLEU", ["valid BLEU"])]
+    panels = [
+        ("loss", ["train loss", "valid loss"]),
+        ("valid perplexity", ["valid perplexity"]),
+        ("valid BLEU", ["valid BLEU"]),
+    ]
     panels = [(label, [n for n in names if n in series]) for label, names in panels]
     panels = [p for p in panels if p[1]]
     if not panels:
@@ -249,8 +273,9 @@ def run(args) -> int:
             raise ValueError(f"--epsilon values must be in [0, 1), got {args.epsilon}")
         path = plot_smoothing(args.vocab, args.gold, epsilons, args.out)
     elif args.kind == "masks":
-        path = plot_masks(model_masks(parse_ints(args.src_lengths, "--src-lengths"), args.tgt_length, args.window),
-                          args.out)
+        path = plot_masks(
+            model_masks(parse_ints(args.src_lengths, "--src-lengths"), args.tgt_length, args.window), args.out
+        )
     elif args.kind == "curves":
         path = plot_curves(metric_series(read_metrics(args.run)), args.out, f"training curves: {args.run}")
     else:

@@ -19,11 +19,13 @@ import torch
 
 from .figure import parse_ints, plt, save_png
 
-SENTENCES = ["A man in a blue shirt is standing on a ladder cleaning windows.",
-             "Two young girls are playing in the sand at the beach.",
-             "A group of people are sitting at a table in a restaurant.",
-             "A brown dog is running through the grass with a ball in its mouth.",
-             "A woman rides a bicycle down a busy city street."]
+SENTENCES = [
+    "A man in a blue shirt is standing on a ladder cleaning windows.",
+    "Two young girls are playing in the sand at the beach.",
+    "A group of people are sitting at a table in a restaurant.",
+    "A brown dog is running through the grass with a ball in its mouth.",
+    "A woman rides a bicycle down a busy city street.",
+]
 
 
 def softmax_stats(scores: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[float, float]:
@@ -64,8 +66,10 @@ def model_dot_stats(model, vocab, sentences: list[str]) -> list[dict[str, float]
     width = max(len(r) for r in ids)
     src = torch.tensor([r + [cfg.pad_id] * (width - len(r)) for r in ids])  # (B, S)
     captured = []
-    hooks = [layer.self_attn.qkv_proj.register_forward_hook(lambda m, a, out: captured.append(out))
-             for layer in model.encoder.layers]
+    hooks = [
+        layer.self_attn.qkv_proj.register_forward_hook(lambda m, a, out: captured.append(out))
+        for layer in model.encoder.layers
+    ]
     try:
         model.encode(src)
     finally:
@@ -82,10 +86,18 @@ def model_dot_stats(model, vocab, sentences: list[str]) -> list[dict[str, float]
         qr, kr = q.transpose(1, 2)[real], k.transpose(1, 2)[real]  # (tokens, h, d_k)
         e_u, j_u = softmax_stats(dots, key_mask)
         e_s, j_s = softmax_stats(dots / math.sqrt(attn.d_k), key_mask)
-        stats.append({"variance": dots[pair].var().item(),
-                      "predicted": attn.d_k * qr.var().item() * kr.var().item(),
-                      "entropy_unscaled": e_u, "jacobian_unscaled": j_u, "entropy_scaled": e_s, "jacobian_scaled": j_s,
-                      "max_entropy": torch.log(real.sum(-1).double()).mean().item(), "d_k": attn.d_k})
+        stats.append(
+            {
+                "variance": dots[pair].var().item(),
+                "predicted": attn.d_k * qr.var().item() * kr.var().item(),
+                "entropy_unscaled": e_u,
+                "jacobian_unscaled": j_u,
+                "entropy_scaled": e_s,
+                "jacobian_scaled": j_s,
+                "max_entropy": torch.log(real.sum(-1).double()).mean().item(),
+                "d_k": attn.d_k,
+            }
+        )
     return stats
 
 
@@ -132,8 +144,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--keys", type=int, default=32, help="keys per softmax (random vectors)")
     parser.add_argument("--samples", type=int, default=2000, help="random queries per d_k")
     parser.add_argument("--model", help="also measure a model directory's encoder queries and keys")
-    parser.add_argument("--sentences", help="source sentences for --model, one per line (default: 5 built-in "
-                                            "English Multi30k-style sentences)")
+    parser.add_argument(
+        "--sentences",
+        help="source sentences for --model, one per line (default: 5 built-in English Multi30k-style sentences)",
+    )
 
 
 def run(args) -> int:
@@ -152,7 +166,9 @@ def run(args) -> int:
                 raise ValueError(f"{args.sentences}: no non-empty lines")
         model_stats = model_dot_stats(model, vocabs.src, sentences)
         for n, s in enumerate(model_stats, 1):
-            print(f"encoder layer {n}: var(q·k) {s['variance']:.2f} (d_k·var q·var k {s['predicted']:.2f})  "
-                  f"entropy scaled {s['entropy_scaled']:.3f} unscaled {s['entropy_unscaled']:.3f}")
+            print(
+                f"encoder layer {n}: var(q·k) {s['variance']:.2f} (d_k·var q·var k {s['predicted']:.2f})  "
+                f"entropy scaled {s['entropy_scaled']:.3f} unscaled {s['entropy_unscaled']:.3f}"
+            )
     print(f"wrote {plot_scaling(random, args.out, model_stats, Path(args.model or '').name)}")
     return 0
