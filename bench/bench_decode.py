@@ -10,12 +10,18 @@ differently), at most ``|x| + 50`` output tokens and no minimum (an empty output
 the arithmetic is the same the best hypotheses must agree.
 
     python bench/bench_decode.py worker ENGINE --model DIR --batch 64 --sentences FILE   (one timed run)
+    python bench/bench_decode.py compare --model DIR --data DATA [--split test --count 1000 --batch 64
+        --threads 1 --rounds 3 --engines transduce-load ct2-float32]   (side by side, alternating; a table)
+
+``transduce-load`` is what ``transduce.load(model_dir)`` decodes with when given no speed arguments (the
+backend its ``fastpaths`` choose; the worker prints that choice).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -26,6 +32,7 @@ from pathlib import Path
 from common import ROOT, markdown_table
 
 ENGINES = (
+    "transduce-load",  # transduce.load(model_dir) with no speed arguments
     "transduce-fp32",
     "transduce-bf16",
     "transduce-int8",
@@ -52,11 +59,17 @@ def _transduce(model_dir: Path, variant: str, threads: int):
 
     model, _, _ = load_model_dir(model_dir)
     dtype, _, how = variant.partition("-")
-    if how == "native":  # what `transduce translate --dtype DTYPE --native` runs: the C++ step
-        from transduce.api import _native
-        from transduce.decode.native import NativeStep
+    if dtype == "load":  # transduce.load(model_dir) with no speed arguments: its default backend
+        from transduce.api import load
 
-        model = _native(model.eval(), dtype, torch.device("cpu"))
+        translator = load(model_dir)
+        print(translator.fast_paths.line(), file=sys.stderr)
+        model = translator.model
+    elif how == "native":  # what `transduce translate --dtype DTYPE --native` runs: the C++ step
+        from transduce.decode.native import NativeStep
+        from transduce.fastpaths import Choice, decoder_for
+
+        model = decoder_for(model.eval(), Choice(f"{dtype}-native", "asked for"), torch.device("cpu"))[0]
         if not isinstance(model, NativeStep):
             raise SystemExit("the C++ decoder step is not available here")
     else:
@@ -151,14 +164,15 @@ def worker(argv: list[str]) -> None:
     t0 = time.perf_counter()
     run(sources[: args.batch], args.beam)  # warm-up, a full batch: first-call allocations, lazy init, compiling
     warmup = time.perf_counter() - t0
-    hyps, t0 = [], time.perf_counter()
+    hyps, t0, c0 = [], time.perf_counter(), time.process_time()
     for i in range(0, len(sources), args.batch):
         hyps += run(sources[i : i + args.batch], args.beam)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0  # cpu: all of the process's threads
     print(
         json.dumps(
             {
                 "seconds": seconds,
+                "cpu_seconds": cpu,
                 "sentences": len(hyps),
                 "tokens": sum(len(h) + 1 for h in hyps),
                 "maxrss_mb": peak_rss_mb(),
@@ -385,8 +399,78 @@ def part_decode(args, data) -> str:
     )
 
 
+def compare(argv: list[str]) -> None:
+    """Engines side by side on the same sentences, alternating rounds; prints a markdown table with each
+    engine's median target tokens/s and its ratio to the last engine named (the rival)."""
+    from transduce.data import PreparedData
+    from transduce.modeldir import load_model_dir
+
+    p = argparse.ArgumentParser(prog="bench_decode.py compare")
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--data", type=Path, required=True, help="prepared data directory (its --split's sources)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--count", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--engines", nargs="+", default=["transduce-load", "ct2-float32"], choices=ENGINES)
+    args = p.parse_args(argv)
+    exports = args.model.parent / f"{args.model.name}-exports"
+    exports.mkdir(exist_ok=True)
+    missing = export_all(args.model, exports)
+    if any(e in missing for e in args.engines):
+        raise SystemExit(f"cannot export: {missing}")
+    _, vocabs, _ = load_model_dir(args.model)
+    split = PreparedData.open(args.data).split(args.split)
+    eos = 3
+    sources = [ids + [eos] for ids in vocabs.src.encode_batch([split.src_text(i) for i in range(len(split))])]
+    path = exports / f"sources-{args.split}-{args.count}.json"
+    path.write_text(json.dumps(sources[: args.count]))
+    runs: dict[str, list[dict]] = {e: [] for e in args.engines}
+    for _ in range(args.rounds):
+        for engine in args.engines:
+            result = run_engine(engine, args.model, exports, path, args.batch, args.threads)
+            if "error" in result:
+                raise SystemExit(f"{engine}: {result['error']}")
+            runs[engine].append(result)
+    rival = args.engines[-1]
+    wall = {e: statistics.median(r["tokens"] / r["seconds"] for r in rs) for e, rs in runs.items()}
+    cpu = {e: statistics.median(r["tokens"] / r["cpu_seconds"] for r in rs) for e, rs in runs.items()}
+    rows = [
+        [
+            e,
+            f"{wall[e]:,.0f}",
+            f"{wall[e] / wall[rival]:.2f}×",
+            f"{cpu[e]:,.0f}",
+            f"{cpu[e] / cpu[rival]:.2f}×",
+            f"{agreement(runs[e][0]['hyps'], runs[rival][0]['hyps']):.0%}",
+        ]
+        for e in args.engines
+    ]
+    print(
+        f"{len(sources[: args.count])} sentences of {args.data} {args.split}, batch {args.batch}, beam 4, "
+        f"{args.threads} thread(s), median of {args.rounds} alternating rounds, each engine in its own process; "
+        f"load average {os.getloadavg()[0]:.1f} (per CPU-second: robust to other processes taking the cores)"
+    )
+    print(
+        markdown_table(
+            [
+                "engine",
+                "target tokens/s (wall)",
+                f"vs {rival}",
+                "target tokens per CPU-second",
+                f"vs {rival}",
+                f"same best hyp as {rival}",
+            ],
+            rows,
+        )
+    )
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         worker(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "compare":
+        compare(sys.argv[2:])
     else:
         sys.exit(__doc__)

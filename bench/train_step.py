@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--plain-dropout", action="store_true", help="keep nn.Dropout (compare with FastDropout)")
     p.add_argument("--adam", default="fused", choices=["fused", "foreach", "loop"])
-    p.add_argument("--sdpa", default="auto", choices=["auto", "written", "written-bf16", "default", "math"])
+    p.add_argument("--sdpa", default="auto", choices=["auto", "written", "default", "math"])
+    p.add_argument("--loss-kernel", default="native", choices=["native", "tensor"], help="train.loss_kernel")
+    p.add_argument("--dropout-kernel", default="native", choices=["native", "tensor"], help="train.dropout_kernel")
     p.add_argument("--rdrop-alpha", type=float, default=0.0, help="R-Drop (each batch twice + alpha x KL)")
     p.add_argument(
         "--passes",
@@ -66,9 +68,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     model = Transformer(cfg).train()
     if not args.plain_dropout:
-        use_fast_dropout(model)
+        use_fast_dropout(model, native=args.dropout_kernel == "native")
     opt = torch.optim.Adam(
         model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.adam == "fused", foreach=args.adam == "foreach"
+    )
+    native = args.loss_kernel == "native"
+    objective = (
+        RDrop(cfg.label_smoothing, args.rdrop_alpha, native=native)
+        if args.rdrop_alpha > 0
+        else SmoothedLoss(cfg.label_smoothing, native=native)
     )
     stepper = Stepper(
         model,
@@ -77,9 +85,7 @@ def main(argv: list[str] | None = None) -> None:
         device=torch.device("cpu"),
         dtype=args.dtype,
         kernel=args.sdpa,
-        objective=RDrop(cfg.label_smoothing, args.rdrop_alpha)
-        if args.rdrop_alpha > 0
-        else SmoothedLoss(cfg.label_smoothing),
+        objective=objective,
     )
     batches = TokenBatches(data.split("train"), args.max_tokens, seed=1).epoch(1)
     for i in range(args.warmup):
@@ -107,7 +113,8 @@ def main(argv: list[str] | None = None) -> None:
             f"{f' pass {number}/{args.passes}' if args.passes > 1 else ''}: "
             f"{tokens / seconds:.0f} target tokens/s wall, {tokens / cpu * args.threads:.0f} per {args.threads} "
             f"CPU-seconds ({len(timed)} updates of ~{tokens // len(timed)} tokens, {seconds:.1f} s; "
-            f"adam={args.adam} sdpa={args.sdpa} malloc={'jemalloc' if loaded() else 'libc'})",
+            f"adam={args.adam} sdpa={args.sdpa} loss={args.loss_kernel} dropout={args.dropout_kernel} "
+            f"malloc={'jemalloc' if loaded() else 'libc'})",
             flush=True,
         )
 

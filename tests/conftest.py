@@ -30,6 +30,10 @@ import torch
 
 CORPUS = Path(__file__).resolve().parent / "data" / "bible-en-fr"  # shipped: train / valid / test, en / fr
 SRC_LANG, TGT_LANG = "en", "fr"
+# the decoding commands (cli.py) and transduce.load set MKL's reproducibility mode before MKL's first call;
+# tests that decode with a bare model need it too (batch invariance on Intel CPUs)
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+
 MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
 NEEDS_MULTI30K = "needs Multi30k's full data"  # the start of every skip reason for its absence
 TINY_PAIRS = 3000

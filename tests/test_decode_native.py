@@ -9,9 +9,10 @@ import pytest
 import torch
 from conftest import read_corpus
 
-from transduce.api import _native, load
+from transduce.api import load
 from transduce.decode import native
 from transduce.decode.search import beam_search, greedy
+from transduce.fastpaths import Choice, decoder_for
 from transduce.model import ModelConfig, Transformer
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler to build the extension")
@@ -128,8 +129,10 @@ def test_quantised_models_and_recording_are_not_covered(tiny_model_dir):
     model = load(tiny_model_dir).model
     model.decoder.layers[0].cross_attn.record = []
     assert "recorded" in native.supports(model)
+    assert native.native_step(model) is None
     with pytest.warns(RuntimeWarning, match="recorded"):  # asked for, not available: the user is told why
-        assert native.native_step(model) is None and _native(model, "int8", torch.device("cpu")) is not None
+        decoder, ran = decoder_for(model, Choice("int8-native", "asked for"), torch.device("cpu"))
+    assert decoder is not None and ran.name == "int8" and "recorded" in ran.why
     with pytest.raises(ValueError, match="fp32"):
         native.native_step(load(tiny_model_dir, dtype="bf16").model, int8=True)
 

@@ -128,12 +128,12 @@ def test_additive_attention_masks_and_normalises():
 
 
 def test_written_out_training_attention_equals_the_kernels():
-    """Within ``written_out()`` (training on CPU) a layer computes the formula with fp32 scores: equal to
+    """With ``kernel = "written"`` (training on CPU) a layer computes the formula with fp32 scores: equal to
     SDPA in fp32 (padding mask, causal flag, fully masked rows), and under bf16 autocast within bf16
     rounding of SDPA's math kernel, which also keeps its scores in fp32."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from transduce.model.attention import attention_written_out, written_out
+    from transduce.model.attention import attention_written_out
 
     q, k, v = qkv(T=6, S=6)
     mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
@@ -141,16 +141,17 @@ def test_written_out_training_attention_equals_the_kernels():
     torch.testing.assert_close(attention_written_out(q, k, v, mask), attention_fast(q, k, v, mask))
     torch.manual_seed(0)
     layer = MultiHeadAttention(24, 3, self_attention=True).eval()
+    written = MultiHeadAttention(24, 3, self_attention=True).eval()
+    written.load_state_dict(layer.state_dict())
+    written.kernel = "written"
     x = torch.randn(2, 6, 24)
     for kw in (dict(mask=mask), dict(is_causal=True), dict(mask=torch.zeros(2, 1, 1, 6, dtype=torch.bool))):
         plain = layer(x, **kw)
-        with written_out():
-            ours = layer(x, **kw)
+        ours = written(x, **kw)
         torch.testing.assert_close(ours, plain, atol=1e-6, rtol=1e-5)
         with torch.autocast("cpu", dtype=torch.bfloat16), sdpa_kernel(SDPBackend.MATH):
             math_bf16 = layer(x, **kw).float()
-            with written_out():
-                ours_bf16 = layer(x, **kw).float()
+            ours_bf16 = written(x, **kw).float()
         torch.testing.assert_close(ours_bf16, math_bf16, atol=2e-2, rtol=2e-2)
     q16, k16 = q.bfloat16(), k.bfloat16()  # the scores: fp32 from bf16 inputs, not bf16-rounded
     scores_fp32 = q16.float() @ k16.float().transpose(-2, -1) / math.sqrt(8)
@@ -159,39 +160,27 @@ def test_written_out_training_attention_equals_the_kernels():
     assert torch.equal(out, expected)
 
 
-def test_written_out_with_bf16_scores_rounds_q_k_products_to_bf16_and_the_trainer_accepts_it():
-    """``written_out(fp32_scores=False)`` (``train.attention_kernel = "written-bf16"``): Q Kᵀ stays in q's dtype,
-    so under bf16 the scores are rounded to bf16 before the fp32 softmax, and fp32 inputs give the fp32 path."""
+def test_the_written_kernel_is_a_module_setting_and_the_trainer_key_is_checked():
+    """The kernel is set on the modules (``use_kernel``), not in process state: another model is unaffected,
+    steps keep the reference formula, and ``train.attention_kernel`` names only kernels that exist."""
     from transduce.config import ConfigError, build
-    from transduce.model.attention import attention_written_out, written_out
+    from transduce.model.attention import use_kernel
     from transduce.train.config import TrainConfig
-    from transduce.train.step import attention_kernel
 
-    q, k, v = (t.bfloat16() for t in qkv(T=6, S=6))
-    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
-    mask[0, ..., 4:] = False
-    scores_bf16 = (q @ k.transpose(-2, -1)).float() / math.sqrt(8)  # bf16 matmul, rounded once
-    expected = torch.softmax(scores_bf16.masked_fill(~mask, float("-inf")), -1).bfloat16() @ v
-    assert torch.equal(attention_written_out(q, k, v, mask, fp32_scores=False), expected)
-    assert not torch.equal(expected, attention_written_out(q, k, v, mask))  # the fp32-score path differs
-    q32, k32, v32 = qkv(T=6, S=6)
-    assert torch.equal(
-        attention_written_out(q32, k32, v32, mask, fp32_scores=False), attention_written_out(q32, k32, v32, mask)
-    )
     torch.manual_seed(0)
-    layer = MultiHeadAttention(24, 3, self_attention=True).eval()
+    ours, other = (MultiHeadAttention(24, 3, self_attention=True).eval() for _ in range(2))
+    other.load_state_dict(ours.state_dict())
+    use_kernel(ours, "written")
+    assert ours.kernel == "written" and other.kernel == "fused"
     x = torch.randn(2, 6, 24)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        with written_out():
-            fp32_scores = layer(x, mask=mask).float()
-        with attention_kernel(torch.device("cpu"), "written-bf16"):
-            bf16_scores = layer(x, mask=mask).float()
-    assert not torch.equal(bf16_scores, fp32_scores)
-    torch.testing.assert_close(bf16_scores, fp32_scores, atol=3e-2, rtol=3e-2)
-    config = {"data": "d", "out": "o", "attention_kernel": "written-bf16"}
-    assert build(TrainConfig, config).attention_kernel == "written-bf16"
+        written, fused = ours(x, is_causal=True).float(), other(x, is_causal=True).float()
+    assert not torch.equal(written, fused)  # two kernels ran: fp32 scores against SDPA's
+    torch.testing.assert_close(written, fused, atol=2e-2, rtol=2e-2)
+    with pytest.raises(ValueError, match="written-bf16"):
+        use_kernel(ours, "written-bf16")
     with pytest.raises(ConfigError, match="attention_kernel"):
-        build(TrainConfig, {**config, "attention_kernel": "written-fp8"})
+        build(TrainConfig, {"data": "d", "out": "o", "attention_kernel": "written-bf16"})
 
 
 @pytest.mark.parametrize("T", [5, 12, 15, 16, 24])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,10 @@ def test_recipe_runs_end_to_end_and_chooses_on_valid(raw, tmp_path, processes):
     assert set(sweep) == {"0.0", "0.6", "2.0"} and sweep[str(test["alpha"])] == max(sweep.values())
     assert saved["decode"]["alpha"] == test["alpha"] == saved["scores"][chosen]["valid"]["alpha"]
     assert (out / "model" / "config.toml").is_file() and results["chosen"] == chosen
+    if shutil.which("c++") is not None:  # the last stage: int8-native against fp32 on valid, kept in the model
+        record = json.loads((out / "model" / "backends.json").read_text())
+        assert record["data"].endswith(" valid") and record["beam"] == 2 and record["sentences"] > 0
+        assert saved["backends"].startswith("bleu fp32") and f"{record['delta']:+.2f}" in saved["backends"]
 
 
 def test_a_lowercased_recipe_chooses_alpha_and_model_on_tok_lc_bleu(raw, tmp_path, monkeypatch):

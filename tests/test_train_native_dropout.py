@@ -74,16 +74,11 @@ def test_non_contiguous_input_and_eval_mode(native_calls):
     assert torch.equal(drop.eval()(x), x) and len(native_calls) == 1
 
 
-def test_the_switch_turns_it_off_and_the_tensor_ops_run(monkeypatch):
-    monkeypatch.setenv("TRANSDUCE_NATIVE_DROPOUT", "0")
-    dropout.extension.cache_clear()
-    try:
-        assert dropout.extension() is None
-        assert "tensor ops" in dropout.describe()
-        torch.manual_seed(0)
-        y = FastDropout(0.3).train()(torch.ones(100_000))
-        assert (y != 0).float().mean().item() == pytest.approx(0.7, abs=0.01)
-    finally:
-        monkeypatch.delenv("TRANSDUCE_NATIVE_DROPOUT")
-        dropout.extension.cache_clear()
-    assert dropout.extension() is not None and "C++ kernel" in dropout.describe()
+def test_native_false_runs_the_tensor_ops(native_calls):
+    """``FastDropout(p, native=False)`` (``train.dropout_kernel = "tensor"``): the tensor ops, same rate."""
+    torch.manual_seed(0)
+    y = FastDropout(0.3, native=False).train()(torch.ones(100_000))
+    assert (y != 0).float().mean().item() == pytest.approx(0.7, abs=0.01) and not native_calls
+    model = torch.nn.Sequential(torch.nn.Dropout(0.1), torch.nn.Linear(2, 2), torch.nn.Dropout(0.2))
+    assert dropout.use_fast_dropout(model, native=False) == 2
+    assert [m.native for m in model if isinstance(m, FastDropout)] == [False, False]

@@ -28,8 +28,8 @@ from pathlib import Path
 import sacrebleu
 from sacremoses import MosesTokenizer
 
-from .decode import DTYPES, mbr, rerank
-from .decode.native_help import NATIVE_HELP
+from .decode import mbr, rerank
+from .decode.options import add_backend_arguments, backend_from_args
 
 
 def moses_lower(lines: list[str], lang: str) -> list[str]:
@@ -119,8 +119,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     mbr.add_arguments(p)
     rerank.add_arguments(p)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", choices=DTYPES, default="fp32")
-    p.add_argument("--native", action="store_true", help=NATIVE_HELP)
+    add_backend_arguments(p)
     p.add_argument("--output", help="with --model: also write the translations here")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -146,7 +145,8 @@ def run(args) -> int:
         src = read_lines(args.src)
         if len(src) != len(refs):
             raise ValueError(f"{args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
-        translator = load(args.model, args.device, args.dtype, native=args.native, channel=args.channel)
+        translator = load(args.model, args.device, channel=args.channel, backend=backend_from_args(args))
+        print(f"transduce evaluate: {translator.fast_paths.line()}", file=sys.stderr)
         result = evaluate_model(
             translator,
             src,

@@ -32,9 +32,8 @@ from . import stream as stream_
 from .align import pharaoh
 from .document import reassemble, sentences, source_language, split_text
 from .markup import translate_html, translate_html_batch
-from .native_help import NATIVE_HELP
+from .options import add_backend_arguments, backend_from_args
 from .search import SampleConfig
-from .translator import DTYPES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,13 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="CPU threads; 1 (default) is bit-exactly batch-invariant, more may change last bits",
     )
-    run_.add_argument(
-        "--dtype",
-        choices=list(DTYPES),
-        default="fp32",
-        help="bf16: weights and activations; fp16: the same on CUDA; int8: dynamically quantised linear layers (CPU)",
-    )
-    run_.add_argument("--native", action="store_true", help=NATIVE_HELP)
+    add_backend_arguments(run_)
     run_.add_argument(
         "--target-lang",
         metavar="CODE",
@@ -197,9 +190,13 @@ def run(args) -> int:
     from ..api import load
 
     options = _options(args)
-    _check_document(args)
+    backend = backend_from_args(args)
+    if backend == "auto" and (args.alignments or args.format == "html" or args.glossary or args.constraints):
+        backend = "fp32"  # these read one PyTorch model's attention or steps, which the C++ step does not give
+    _check_document(args, backend)
     torch.set_num_threads(args.threads)
-    translator = load(args.model, args.device, args.dtype, args.ensemble, native=args.native, channel=args.channel)
+    translator = load(args.model, args.device, ensemble=args.ensemble, channel=args.channel, backend=backend)
+    print(f"transduce translate: {translator.fast_paths.line()}", file=sys.stderr)
     if not args.files and sys.stdin.isatty():
         return _interactive(translator, options, args)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
@@ -218,13 +215,15 @@ def run(args) -> int:
         print(
             f"transduce translate: {stats.sentences} sentences, {stats.tokens} output tokens (with eos) in "
             f"{stats.seconds:.2f} s: {stats.sentences / seconds:.1f} sentences/s, {stats.tokens / seconds:.1f} "
-            f"tokens/s ({torch.get_num_threads()} threads, {args.dtype}, beam {args.beam})",
+            f"tokens/s ({torch.get_num_threads()} threads, {translator.fast_paths.decoder.name}, beam {args.beam})",
             file=sys.stderr,
         )
     return 0
 
 
-def _check_document(args) -> None:
+def _check_document(args, backend: str) -> None:
+    native = backend.endswith("-native")
+    named = "--native" if args.native else f"--backend {backend}"  # as the user spelled it
     if args.chunk < 1:
         raise ValueError(f"--chunk must be at least 1, got {args.chunk}")
     if args.document and (args.nbest > 1 or args.scores or args.alignments):
@@ -249,7 +248,7 @@ def _check_document(args) -> None:
                 ("--rerank", args.rerank),
                 ("--alignments", args.alignments),
                 ("--format html", args.format == "html"),
-                ("--native", args.native),
+                (named, native),
                 ("--ensemble", args.ensemble),
                 ("--scores", args.scores),
                 ("--constraints with --document", args.constraints and args.document),
@@ -258,9 +257,10 @@ def _check_document(args) -> None:
         ]
         if used:
             raise ValueError(f"terminology (--glossary, --constraints) is not supported with {', '.join(used)}")
-    if (args.alignments or args.format == "html") and (args.native or args.ensemble):
+    if (args.alignments or args.format == "html") and (native or args.ensemble):
         raise ValueError(
-            "--alignments and --format html need a single PyTorch model's attention: not with --native or --ensemble"
+            "--alignments and --format html need a single PyTorch model's attention: "
+            f"not with {named} (the C++ step) or --ensemble"
         )
 
 

@@ -19,89 +19,40 @@ recording) — and callers then use the model itself.
 from __future__ import annotations
 
 import functools
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from ..cpp import build
 from ..model import Transformer
 from ..model.cache import DecoderCache, LayerCache
 from ..model.transformer import Encoded
 from .search import TOPK_BLOCK
+from .spec import LinearSpec, NormSpec, TransformerSpec, spec_of, unsupported, validated
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
-HEADERS = [SOURCE.with_name(name) for name in ("int8_gemm.h", "int8_step.h")]
-
-
-def _arch_flags() -> list[str]:
-    """``-march=native`` where the compiler takes it: the int8 kernel then uses the CPU's AVX-512 VNNI
-    (``int8_gemm.h``; without it, a portable loop). The build is cached per machine's torch extension dir."""
-    import platform
-
-    return ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
-
-
-def _header_hash() -> str:
-    """A define that changes with the headers: torch rebuilds when sources or flags change, not headers."""
-    import hashlib
-
-    digest = hashlib.sha1(b"".join(h.read_bytes() for h in HEADERS)).hexdigest()[:12]
-    return f"-DTRANSDUCE_HEADERS={digest}"
+HEADERS = tuple(SOURCE.with_name(name) for name in ("int8_gemm.h", "int8_step.h"))
 
 
 @functools.cache
 def extension():
     """The compiled extension module, or None (with a warning saying why) if it cannot be built."""
-    from torch.utils import cpp_extension
-
-    try:
-        return cpp_extension.load(
-            name="transduce_native_step",
-            sources=[str(SOURCE)],
-            extra_cflags=["-O3", "-fopenmp", *_arch_flags(), _header_hash()],
-            extra_ldflags=["-fopenmp"],
-            verbose=False,
-        )
-    except Exception as err:  # no compiler, no headers: the Python step is the fallback
-        warnings.warn(
-            f"transduce: the C++ decoder step could not be built ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''}); decoding uses the Python step",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return None
+    return build(
+        "transduce_native_step",
+        SOURCE,
+        "the C++ decoder step",
+        "decoding uses the Python step",
+        headers=HEADERS,
+        flags=("-O3", "-fopenmp"),
+        ldflags=("-fopenmp",),
+    )
 
 
 def supports(model: nn.Module) -> str | None:
-    """Why the C++ step cannot run ``model`` (None if it can)."""
-    if not isinstance(model, Transformer):
-        return f"{type(model).__name__} is not a Transformer"
-    cfg = model.config
-    device = model.tgt_embed.token.weight.device
-    if device.type != "cpu":  # on GPU the Python step uses the fused attention kernel instead
-        return f"the CPU step only (the model is on {device})"
-    if cfg.attention == "additive":
-        return "additive attention"
-    if cfg.attention_window is not None:
-        return "restricted self-attention (attention_window)"
-    for layer in model.decoder.layers:
-        for module in (
-            layer.self_attn.qkv_proj,
-            layer.self_attn.out_proj,
-            layer.cross_attn.q_proj,
-            layer.cross_attn.out_proj,
-            layer.ff.w1,
-            layer.ff.w2,
-        ):
-            if type(module) is not nn.Linear:
-                return f"{type(module).__module__}.{type(module).__name__} layers (int8 dynamic quantisation)"
-        if layer.self_attn.record is not None or layer.cross_attn.record is not None:
-            return "attention weights are being recorded"
-    if type(model.generator) is not nn.Linear:
-        return f"a {type(model.generator).__name__} pre-softmax projection"
-    return None
+    """Why the C++ step cannot run ``model``, every reason (None if it can): :func:`spec.unsupported`."""
+    return unsupported(model)
 
 
 @dataclass
@@ -126,17 +77,72 @@ class DeferredCache(DecoderCache):
         self.reorder_encoder_side(sentences, beam)
 
 
-def _float(ext, module: nn.Linear):
-    """A float map of ``module`` over its own weight tensor: the C++ GEMM gets the operands ``F.linear`` gives
-    it, strides included (a contiguous transposed copy rounds differently on some CPUs; see native_step.cpp)."""
-    bias = module.bias.detach() if module.bias is not None else None
-    return ext.Linear.floating(module.weight.detach(), bias)
+def _float(ext, lin: LinearSpec):
+    """A float map over the model's own weight tensor: the C++ GEMM gets the operands ``F.linear`` gives it,
+    strides included (a contiguous transposed copy rounds differently on some CPUs; see native_step.cpp)."""
+    return ext.Linear.floating(lin.weight, lin.bias)
 
 
-def _int8(ext, module: nn.Linear):
-    """An int8 map of ``module`` (``int8_gemm.h``): weight quantised per output channel and packed once."""
-    bias = module.bias.detach().float() if module.bias is not None else None
-    return ext.Linear.int8(module.weight.detach().float(), bias)
+def _int8(ext, lin: LinearSpec):
+    """An int8 map (``int8_gemm.h``): the weight quantised per output channel and packed once."""
+    return ext.Linear.int8(lin.weight.float(), lin.bias.float() if lin.bias is not None else None)
+
+
+def _norms(norms: list[NormSpec]) -> list[Tensor]:
+    return [t for n in norms for t in (n.weight, n.bias)]
+
+
+def _final(norm: NormSpec | None) -> dict:
+    return {"final_w": norm.weight if norm is not None else None, "final_b": norm.bias if norm is not None else None}
+
+
+def _shared(spec: TransformerSpec) -> dict:
+    """The scalars both C++ halves take, by name."""
+    return {
+        "n_heads": spec.n_heads,
+        "attn_scale": spec.attn_scale,
+        "pre_norm": spec.pre_norm,
+        "eps": spec.eps,
+        "gelu": spec.gelu,
+    }
+
+
+def decoder_of(ext, spec: TransformerSpec, linear) -> object:
+    """``native_step.cpp``'s Decoder from ``spec``, each linear map made by ``linear`` (float or int8).
+    Per layer: 6 maps (self-attention qkv and out, cross-attention q and out, feed-forward in and out) and the
+    weight and bias of its 3 norms, in that order."""
+    maps = [
+        linear(ext, m)
+        for x in spec.decoder
+        for m in (x.self_qkv, x.self_out, x.cross_q, x.cross_out, x.ff_in, x.ff_out)
+    ]
+    norms = _norms([n for x in spec.decoder for n in (x.self_norm, x.cross_norm, x.ff_norm)])
+    return ext.Decoder(
+        linears=maps,
+        norms=norms,
+        generator=linear(ext, spec.generator),
+        token_weight=spec.tgt_embedding,
+        embed_scale=spec.tgt_scale,
+        **_final(spec.decoder_norm),
+        **_shared(spec),
+    )
+
+
+def encoder_of(ext, spec: TransformerSpec) -> object:
+    """``native_step.cpp``'s int8 Encoder from ``spec``, with each decoder layer's key/value map. Per layer:
+    4 maps (self-attention qkv and out, feed-forward in and out) and the weight and bias of its 2 norms."""
+    maps = [_int8(ext, m) for x in spec.encoder for m in (x.self_qkv, x.self_out, x.ff_in, x.ff_out)]
+    norms = _norms([n for x in spec.encoder for n in (x.self_norm, x.ff_norm)])
+    return ext.Encoder(
+        linears=maps,
+        norms=norms,
+        kv=[_int8(ext, m) for m in spec.cross_kv],
+        token_weight=spec.src_embedding,
+        embed_scale=spec.src_scale,
+        **_final(spec.encoder_norm),
+        pad_id=spec.pad_id,
+        **_shared(spec),
+    )
 
 
 @dataclass
@@ -145,31 +151,6 @@ class EncodedKV(Encoded):
 
     keys: list[Tensor] = field(default_factory=list)
     values: list[Tensor] = field(default_factory=list)
-
-
-def _encoder(ext, model: Transformer):
-    """The C++ int8 encoder of ``model`` (fp32), with each decoder layer's key/value map."""
-    maps, norms = [], []
-    for layer in model.encoder.layers:
-        maps += [_int8(ext, m) for m in (layer.self_attn.qkv_proj, layer.self_attn.out_proj, layer.ff.w1, layer.ff.w2)]
-        norms += [p.detach() for norm in (layer.res_attn.norm, layer.res_ff.norm) for p in (norm.weight, norm.bias)]
-    kv = [_int8(ext, layer.cross_attn.kv_proj) for layer in model.decoder.layers]
-    final, attn, emb = model.encoder.final_norm, model.encoder.layers[0].self_attn, model.src_embed
-    return ext.Encoder(
-        maps,
-        norms,
-        kv,
-        emb.token.weight.detach(),
-        emb.scale,
-        final.weight.detach() if final is not None else None,
-        final.bias.detach() if final is not None else None,
-        attn.n_heads,
-        attn.scale,
-        model.config.norm == "pre",
-        model.config.layer_norm_eps,
-        model.config.pad_id,
-        model.config.activation == "gelu",
-    )
 
 
 class NativeStep(nn.Module):
@@ -186,36 +167,11 @@ class NativeStep(nn.Module):
 
     def __init__(self, model: Transformer, ext, int8: bool = False) -> None:
         super().__init__()
-        linear = _int8 if int8 else _float
+        spec = validated(spec_of(model))
         self.ext, self.config, self.int8 = ext, model.config, int8
         self._no_rows = torch.empty(0, dtype=torch.long)
-        maps, norms = [], []
-        for layer in model.decoder.layers:
-            sa, ca, ff = layer.self_attn, layer.cross_attn, layer.ff
-            maps += [linear(ext, m) for m in (sa.qkv_proj, sa.out_proj, ca.q_proj, ca.out_proj, ff.w1, ff.w2)]
-            norms += [
-                p.detach()
-                for norm in (layer.res_self.norm, layer.res_cross.norm, layer.res_ff.norm)
-                for p in (norm.weight, norm.bias)
-            ]
-        final = model.decoder.final_norm
-        attn = model.decoder.layers[0].self_attn
-        emb = model.tgt_embed
-        self.decoder = ext.Decoder(
-            maps,
-            norms,
-            linear(ext, model.generator),
-            emb.token.weight.detach(),
-            emb.scale,
-            final.weight.detach() if final is not None else None,
-            final.bias.detach() if final is not None else None,
-            attn.n_heads,
-            attn.scale,
-            model.config.norm == "pre",
-            model.config.layer_norm_eps,
-            model.config.activation == "gelu",
-        )
-        self.encoder = _encoder(ext, model) if int8 else None
+        self.decoder = decoder_of(ext, spec, _int8 if int8 else _float)
+        self.encoder = encoder_of(ext, spec) if int8 else None
         if int8:
             from .translator import for_decoding
 

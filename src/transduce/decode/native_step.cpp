@@ -438,10 +438,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("__call__", &Linear::operator(), "y = x Wᵀ + b over the last dimension");
   pybind11::class_<Encoder>(m, "Encoder")
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, std::vector<Linear>, Tensor, double,
-                          c10::optional<Tensor>, c10::optional<Tensor>, int64_t, double, bool, double, int64_t, bool>())
+                          c10::optional<Tensor>, c10::optional<Tensor>, int64_t, double, bool, double, int64_t, bool>(),
+           // by name: decode/spec.py's TransformerSpec, flattened by decode/native.py
+           pybind11::kw_only(), pybind11::arg("linears"), pybind11::arg("norms"), pybind11::arg("kv"),
+           pybind11::arg("token_weight"), pybind11::arg("embed_scale"), pybind11::arg("final_w"),
+           pybind11::arg("final_b"), pybind11::arg("n_heads"), pybind11::arg("attn_scale"),
+           pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("pad_id"), pybind11::arg("gelu"))
       .def("encode", &Encoder::encode, "the int8 encoder and the encoder-decoder keys/values");
   pybind11::class_<Decoder>(m, "Decoder")
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, Linear, Tensor, double, c10::optional<Tensor>,
-                          c10::optional<Tensor>, int64_t, double, bool, double, bool>())
+                          c10::optional<Tensor>, int64_t, double, bool, double, bool>(),
+           pybind11::kw_only(), pybind11::arg("linears"), pybind11::arg("norms"), pybind11::arg("generator"),
+           pybind11::arg("token_weight"), pybind11::arg("embed_scale"), pybind11::arg("final_w"),
+           pybind11::arg("final_b"), pybind11::arg("n_heads"), pybind11::arg("attn_scale"),
+           pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("gelu"))
       .def("step", &Decoder::step, "one incremental Transformer decoder step");
 }

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..data.vocab import Vocabs
+from ..fastpaths import FastPaths
 from . import DTYPES
 from . import rerank as rerank_
 from .mbr import MBRConfig, choose
@@ -73,9 +74,17 @@ class Translator:
     """Holds a decoder (a model or an :class:`~transduce.decode.ensemble.Ensemble`) and vocabularies."""
 
     def __init__(
-        self, model, vocabs: Vocabs, device: str | torch.device = "cpu", meta: dict | None = None, channel=None
+        self,
+        model,
+        vocabs: Vocabs,
+        device: str | torch.device = "cpu",
+        meta: dict | None = None,
+        channel=None,
+        fast_paths: FastPaths | None = None,
     ):
         self.model, self.vocabs, self.device = model.eval(), vocabs, torch.device(device)
+        # which decoding backend runs and why (transduce.fastpaths); None: the model as given
+        self.fast_paths = fast_paths
         self.config = model.config
         self.meta = meta or {}  # the model directory's [meta] (languages, provenance)
         self.channel = channel.eval() if channel is not None else None  # target→source, for reranking

@@ -9,12 +9,11 @@ Two paths compute scaled dot-product attention:
   (used for visualisation, additive attention and as the test oracle);
 * :func:`attention_fast` — ``torch.nn.functional.scaled_dot_product_attention``,
   the fused kernel used for training, encoding, and decoding on GPU;
-* :func:`attention_written_out` — the formula with fp32 scores and :func:`softmax_last`, for training on CPU inside
-  :func:`written_out` (the trainer's ``attention_kernel = "auto"`` there). At Multi30k's
-  lengths (~17) SDPA's CPU math kernel upcasts and copies its bf16 inputs: paper-base shapes, 2
-  threads, forward + backward of one layer's attention took 26 ms in it and 17 ms written out.
-  ``written_out(fp32_scores=False)`` (``attention_kernel = "written-bf16"``) leaves Q Kᵀ in the
-  autocast dtype, as Hugging Face's eager attention does, and saves the casts of q and k.
+* :func:`attention_written_out` — the formula with fp32 scores and :func:`softmax_last`, for training on CPU
+  (a module's ``kernel = "written"``, set by :func:`use_kernel`; the trainer's ``attention_kernel = "auto"``
+  there, chosen in :mod:`transduce.fastpaths`). At Multi30k's lengths (~17) SDPA's CPU math kernel upcasts
+  and copies its bf16 inputs: paper-base shapes, 2 threads, forward + backward of one layer's attention took
+  26 ms in it and 17 ms written out.
 
 Incremental decoding on CPU uses the reference formula: with one query per row (self-attention) or
 one per beam (encoder–decoder attention) the fused CPU kernel's set-up outweighs its work. Measured
@@ -24,8 +23,6 @@ on 2 threads, beam 4 at batch 64: encoder–decoder attention 440 → 130 µs pe
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
 
 import torch
@@ -117,37 +114,13 @@ def _softmax_and_mix(
     return torch.matmul(weights, v), weights  # (B, h, T_q, d_v)
 
 
-# None: not inside written_out(); else whether its scores are fp32
-_WRITTEN_OUT = contextvars.ContextVar("transduce_attention_written_out", default=None)
-
-
-@contextlib.contextmanager
-def written_out(fp32_scores: bool = True):
-    """Within this context full-sequence attention (training, encoding) uses :func:`attention_written_out`."""
-    token = _WRITTEN_OUT.set(fp32_scores)
-    try:
-        yield
-    finally:
-        _WRITTEN_OUT.reset(token)
-
-
 def attention_written_out(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    scale: float | None = None,
-    dropout: float = 0.0,
-    fp32_scores: bool = True,
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None, dropout: float = 0.0
 ) -> Tensor:
     """:func:`attention_reference`'s formula with the scores Q Kᵀ computed in fp32 (as SDPA's math
-    kernel does) whatever the autocast dtype, or in q's dtype with ``fp32_scores=False``; softmax in
-    fp32, the weights mix V in V's dtype.
+    kernel does) whatever the autocast dtype; softmax in fp32, the weights mix V in V's dtype.
     q (B, h, T_q, d_k), k/v (B, h, T_k, d_k) -> (B, h, T_q, d_k)."""
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
-    if not fp32_scores:
-        scores = torch.matmul(q, k.transpose(-2, -1)).float() * scale  # (B, h, T_q, T_k), rounded to q's dtype
-        return _softmax_and_mix(scores, v, mask, dropout, short_rows=True)[0]
     with torch.autocast(q.device.type, enabled=False):
         scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale  # (B, h, T_q, T_k) fp32
     return _softmax_and_mix(scores, v, mask, dropout, short_rows=True)[0]
@@ -221,6 +194,7 @@ class MultiHeadAttention(nn.Module):
         self.additive = AdditiveScore(n_heads, self.d_k) if kind == "additive" else None
         self.scale = 1.0 if kind == "dot" else 1.0 / math.sqrt(self.d_k)
         self.record: list[Tensor] | None = None  # set by visualisation to collect weights
+        self.kernel = "fused"  # full-sequence attention: "fused" (SDPA) or "written" (:func:`use_kernel`)
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, T, d_model) -> (B, h, T, d_k)."""
@@ -245,8 +219,7 @@ class MultiHeadAttention(nn.Module):
         ``step``: an incremental-decoding step, which takes the reference formula on CPU (module docstring).
         """
         p = self.dropout if self.training else 0.0
-        fp32_scores = _WRITTEN_OUT.get()
-        written = self.record is None and self.kind != "additive" and not step and fp32_scores is not None
+        written = self.kernel == "written" and self.record is None and self.kind != "additive" and not step
         if is_causal and (self.record is not None or self.kind == "additive" or written):
             T_q, T_k = q.size(-2), k.size(-2)
             mask = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(T_k - T_q)
@@ -256,7 +229,7 @@ class MultiHeadAttention(nn.Module):
         elif self.record is not None or (step and q.device.type == "cpu"):
             out, weights = attention_reference(q, k, v, mask, self.scale, p)
         elif written:
-            out, weights = attention_written_out(q, k, v, mask, self.scale, p, fp32_scores), None
+            out, weights = attention_written_out(q, k, v, mask, self.scale, p), None
         else:
             out, weights = attention_fast(q, k, v, mask, self.scale, p, is_causal), None
         if self.record is not None:
@@ -278,3 +251,13 @@ class MultiHeadAttention(nn.Module):
             q = self.split_heads(self.q_proj(x))
             k, v = self.project_kv(memory)
         return self.attend(q, k, v, mask, is_causal)
+
+
+def use_kernel(model: nn.Module, kernel: str) -> None:
+    """Set the full-sequence attention of every :class:`MultiHeadAttention` in ``model``: "fused" (SDPA)
+    or "written" (:func:`attention_written_out`). Steps of incremental decoding are not affected."""
+    if kernel not in ("fused", "written"):
+        raise ValueError(f"attention kernel must be 'fused' or 'written', got {kernel!r}")
+    for m in model.modules():
+        if isinstance(m, MultiHeadAttention):
+            m.kernel = kernel

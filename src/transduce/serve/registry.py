@@ -9,7 +9,7 @@ A server holds one or more model directories, each for one ``source -> target`` 
       source = "en"           # optional when the directory's [meta] has src_lang / tgt_lang
       target = "de"
       name = "en-de"          # optional (default: the directory's name)
-      dtype = "int8"          # optional (default: the server's --dtype)
+      dtype = "int8"          # optional (default: the server's --backend)
 
 * or a directory whose sub-directories are model directories with ``src_lang`` / ``tgt_lang`` in
   their ``[meta]``.
@@ -43,7 +43,7 @@ class ModelSpec:
     path: Path
     source: str
     target: str
-    dtype: str | None = None  # None: the server's --dtype
+    dtype: str | None = None  # None: the server's --backend
 
     @property
     def pair(self) -> str:

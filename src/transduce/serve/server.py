@@ -25,8 +25,7 @@ import contextlib
 import time
 from pathlib import Path
 
-from ..decode import DTYPES
-from ..decode.native_help import NATIVE_HELP
+from ..decode.options import add_backend_arguments, backend_from_args
 from .keys import Access, read_keys
 from .registry import ModelPool, ModelSpec, read_models
 from .service import Service, Settings, make_batcher_factory
@@ -247,8 +246,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="fp32", choices=DTYPES)
-    parser.add_argument("--native", action="store_true", help=NATIVE_HELP)
+    add_backend_arguments(parser)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument(
         "--memory-budget-mb",
@@ -339,14 +337,22 @@ def run(args: argparse.Namespace) -> int:
     access = access_from_args(args)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    backend = backend_from_args(args)
     if args.model is not None:
-        translator = load(args.model, device=args.device, dtype=args.dtype, native=args.native)
+        translator = load(args.model, device=args.device, backend=backend)
+        print(f"transduce serve: {translator.fast_paths.line()}", flush=True)
         app = create_app(translator, settings, name=Path(args.model).name, access=access)
     else:
         specs = read_models(args.models)
 
         def load_spec(spec: ModelSpec):
-            return load(spec.path, device=args.device, dtype=spec.dtype or args.dtype, native=args.native)
+            from ..fastpaths import requested_backend
+
+            # a model's own dtype (its line in --models) names its backend; else the server's options
+            chosen = backend if spec.dtype is None else requested_backend("auto", spec.dtype, args.native)
+            translator = load(spec.path, device=args.device, backend=chosen)
+            print(f"transduce serve: {spec.name}: {translator.fast_paths.line()}", flush=True)
+            return translator
 
         app = create_app(
             specs, settings, access=access, load=load_spec, budget_bytes=int(args.memory_budget_mb * 2**20)

@@ -43,17 +43,6 @@ def preflight(config_path: Path, overrides: list[str], resume: bool):
         cfg.dtype, why = resolve_dtype(cfg.dtype, device.type)
         if int(os.environ.get("RANK", "0")) == 0:
             print(why, flush=True)
-    if int(os.environ.get("RANK", "0")) == 0:
-        from ..allocator import describe
-        from .dropout import describe as describe_dropout
-        from .native_loss import describe as describe_loss
-        from .trainer import pick_device
-
-        device_type = pick_device(cfg.device, 0).type
-        print(describe(), flush=True)
-        print(describe_loss(device_type), flush=True)
-        if device_type == "cpu" and cfg.fast_dropout:
-            print(describe_dropout(), flush=True)
     data_dir = Path(cfg.data)
     if not data_dir.is_dir():
         raise FileNotFoundError(

@@ -57,11 +57,15 @@ class TrainConfig:
     fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
     # R-Drop (train/rdrop.py): each batch twice under two dropout masks, + alpha x their symmetric KL; 0 = off
     rdrop_alpha: float = 0.0
+    # the fast paths (transduce/fastpaths.py; the run's log says which ran and why, in one line).
     # attention in training: "auto" = the written-out formula with fp32 scores on CPU (model/attention.py:
     # faster than SDPA's kernels for short sentences, forward + backward) and PyTorch's SDPA choice on CUDA;
-    # "written", "written-bf16" (Q K^T in the autocast dtype, not fp32: fewer casts, less precise scores), or an
-    # SDPA kernel by name
-    attention_kernel: Literal["auto", "written", "written-bf16", "math", "flash", "efficient", "default"] = "auto"
+    # "written", or an SDPA kernel by name
+    attention_kernel: Literal["auto", "written", "math", "flash", "efficient", "default"] = "auto"
+    # the loss and the CPU dropout: "auto" = the C++ kernel on CPU where it builds (same arithmetic, faster),
+    # "native" = that or an error, "tensor" = the tensor ops (the readable reference)
+    loss_kernel: Literal["auto", "native", "tensor"] = "auto"
+    dropout_kernel: Literal["auto", "native", "tensor"] = "auto"
     # fine-tuning (train/init.py): start from this model directory's weights (its shape and vocabulary too), and
     # keep the listed parts ("embeddings", "encoder", "decoder") as they are; optimizer and schedule start fresh
     init_from: str | None = None

@@ -12,7 +12,8 @@ torch's CPU generator, so checkpoints that save its state resume the same masks.
 On CPU, fp32 and bf16 activations take a C++ version of the same distribution (``native_dropout.cpp``):
 one pass, no stored mask (the backward pass recomputes it from a seed drawn from torch's generator).
 Forward + backward of a (156, 12, 128) bf16 activation, 1 thread: see ``python bench/dropout_kernel.py``.
-The tensor ops stay as the reference and the fallback (no compiler, or ``TRANSDUCE_NATIVE_DROPOUT=0``).
+The tensor ops stay as the reference and the fallback (no compiler, or ``train.dropout_kernel = "tensor"``,
+chosen in :mod:`transduce.fastpaths`).
 
 :func:`use_fast_dropout` swaps every ``nn.Dropout`` of a model in place. Dropout modules hold no
 parameters, so checkpoints and model directories are unchanged.
@@ -36,7 +37,6 @@ def extension():
     return build(
         "transduce_native_dropout",
         Path(__file__).with_name("native_dropout.cpp"),
-        "TRANSDUCE_NATIVE_DROPOUT",
         "the C++ dropout",
         "training uses FastDropout's tensor ops",
         headers=(Path(__file__).with_name("bf16.h"),),
@@ -57,29 +57,20 @@ class _NativeDropout(torch.autograd.Function):
         return extension().dropout(grad.contiguous(), *ctx.args), None
 
 
-def describe() -> str:
-    """One line for a run's log: which dropout runs on CPU (building the C++ one if it is to be used)."""
-    if extension() is None:
-        return (
-            "dropout: tensor ops (TRANSDUCE_NATIVE_DROPOUT=0, or the C++ dropout could not be built: see the "
-            "warning above)"
-        )
-    return "dropout: C++ kernel (train/native_dropout.cpp; TRANSDUCE_NATIVE_DROPOUT=0 turns it off)"
-
-
 class FastDropout(nn.Module):
-    """Inverted dropout: x · Bernoulli(1 − p) / (1 − p) in training, identity in eval."""
+    """Inverted dropout: x · Bernoulli(1 − p) / (1 − p) in training, identity in eval. ``native``: the C++
+    kernel for fp32/bf16 CPU activations where it is built, else the tensor ops."""
 
-    def __init__(self, p: float):
+    def __init__(self, p: float, native: bool = True):
         super().__init__()
-        self.p = p
+        self.p, self.native = p, native
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
         if x.device.type != "cpu":
             return F.dropout(x, self.p, training=True)  # GPU dropout is already cheap
-        if x.dtype in (torch.float32, torch.bfloat16) and extension() is not None:
+        if self.native and x.dtype in (torch.float32, torch.bfloat16) and extension() is not None:
             return _NativeDropout.apply(x, self.p)
         keep = self.keep_mask(x.numel()).view(x.shape)  # bool, like x
         return (x * keep).mul_(1.0 / (1.0 - self.p))
@@ -94,12 +85,13 @@ class FastDropout(nn.Module):
         return f"p={self.p}"
 
 
-def use_fast_dropout(model: nn.Module) -> int:
-    """Replace each ``nn.Dropout`` in ``model`` by :class:`FastDropout`; return how many were swapped."""
+def use_fast_dropout(model: nn.Module, native: bool = True) -> int:
+    """Replace each ``nn.Dropout`` in ``model`` by :class:`FastDropout` (C++ kernel if ``native``); return how
+    many were swapped."""
     swapped = 0
     for parent in model.modules():
         for name, child in list(parent.named_children()):
             if type(child) is nn.Dropout:
-                setattr(parent, name, FastDropout(child.p))
+                setattr(parent, name, FastDropout(child.p, native))
                 swapped += 1
     return swapped

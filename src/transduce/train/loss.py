@@ -86,13 +86,21 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx, h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, dtype: torch.dtype, rows: int = 64
+        ctx,
+        h: Tensor,
+        weight: Tensor,
+        y: Tensor,
+        epsilon: float,
+        pad_id: int,
+        dtype: torch.dtype,
+        rows: int = 64,
+        native: bool = True,
     ) -> tuple[Tensor, Tensor]:
         hc, wc = h.to(dtype), weight.to(dtype)  # (N, d), (V, d)
         N, want_grad = h.size(0), any(ctx.needs_input_grad[:2])
         grad = hc.new_empty(N, weight.size(0)) if want_grad else None  # (N, V) ∂loss/∂logits
         loss_rows, nll_rows = h.new_empty(N, dtype=torch.float32), h.new_empty(N, dtype=torch.float32)  # (N,)
-        if native_loss.applies(hc):  # the same per block in C++: logits made in place, turned into ∂loss/∂z
+        if native and native_loss.applies(hc):  # the same per block in C++: logits made in place, turned into ∂loss/∂z
             for s in range(0, N, rows):
                 e = min(s + rows, N)
                 block = torch.mm(hc[s:e], wc.t(), out=grad[s:e]) if want_grad else hc[s:e] @ wc.t()  # (r, V)
@@ -109,7 +117,7 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        return (*_project_back(ctx, grad_loss), None, None, None, None, None)
+        return (*_project_back(ctx, grad_loss), None, None, None, None, None, None)
 
 
 def _project_save(ctx, h, weight, hc, wc, grad, loss_rows, nll_rows) -> tuple[Tensor, Tensor]:
@@ -161,10 +169,13 @@ class SmoothedLoss:
 
     copies = 1
 
-    def __init__(self, epsilon: float, pad_id: int = 0):
-        self.epsilon, self.pad_id = float(epsilon), pad_id
+    def __init__(self, epsilon: float, pad_id: int = 0, native: bool = True):
+        # native: the C++ loss blocks where they apply, else the tensor ops (chosen in transduce.fastpaths)
+        self.epsilon, self.pad_id, self.native = float(epsilon), pad_id, native
 
     def __call__(
         self, states: Tensor, weight: Tensor, labels: Tensor, dtype: torch.dtype, rows: int
     ) -> tuple[Tensor, Tensor]:
-        return ProjectedSmoothedCrossEntropy.apply(states, weight, labels, self.epsilon, self.pad_id, dtype, rows)
+        return ProjectedSmoothedCrossEntropy.apply(
+            states, weight, labels, self.epsilon, self.pad_id, dtype, rows, self.native
+        )

@@ -3,10 +3,10 @@
 The tensor-op version (``loss._block``, ``loss._rdrop_block``) stays as the readable reference and the
 fallback. The extension is compiled with ``torch.utils.cpp_extension`` on first use (tens of seconds, then
 cached under ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``); :func:`extension` returns None when
-it cannot be built (no C++ compiler), and the loss then runs the tensor ops. ``TRANSDUCE_NATIVE_LOSS=0``
-turns it off, for A/B timing: ``TRANSDUCE_NATIVE_LOSS=0|1 python bench/train_step.py DATA --threads 1
---max-tokens 1024 --rdrop-alpha 2`` (whole steps) or ``python bench/loss_block.py`` (the loss alone; README,
-"Which loss kernel trains").
+it cannot be built (no C++ compiler), and the loss then runs the tensor ops. ``train.loss_kernel = "tensor"``
+turns it off (chosen in :mod:`transduce.fastpaths`), for A/B timing: ``python bench/train_step.py DATA --threads 1
+--max-tokens 1024 --rdrop-alpha 2 --loss-kernel native|tensor`` (whole steps) or ``python
+bench/loss_block.py`` (the loss alone; README, "Which loss kernel trains").
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ def extension():
     return build(
         "transduce_native_loss",
         SOURCE,
-        "TRANSDUCE_NATIVE_LOSS",
         "the C++ loss",
         "training uses the tensor-op loss",
         headers=(Path(__file__).with_name("bf16.h"),),
@@ -57,12 +56,3 @@ def rdrop_block_(
     ``y`` (r,); afterwards they hold their gradients when ``grad``. As ``loss._rdrop_block``."""
     out = extension().rdrop_block_(z1, z2, y, epsilon, pad_id, alpha, grad)  # (r, 2)
     return out[:, 0], out[:, 1]
-
-
-def describe(device_type: str) -> str:
-    """One line for a run's log: which loss runs (building the C++ one if it is to be used)."""
-    if device_type != "cpu":
-        return "loss: tensor ops (the C++ loss is for CPU training)"
-    if extension() is None:
-        return "loss: tensor ops (TRANSDUCE_NATIVE_LOSS=0, or the C++ loss could not be built: see the warning above)"
-    return "loss: C++ block kernel (train/native_loss.cpp; TRANSDUCE_NATIVE_LOSS=0 turns it off)"

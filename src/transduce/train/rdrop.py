@@ -22,17 +22,18 @@ class RDrop:
 
     copies = 2
 
-    def __init__(self, epsilon: float, alpha: float, pad_id: int = 0):
+    def __init__(self, epsilon: float, alpha: float, pad_id: int = 0, native: bool = True):
         if alpha <= 0:
             raise ValueError(f"R-Drop's alpha must be positive, got {alpha}")
         self.epsilon, self.alpha, self.pad_id = float(epsilon), float(alpha), pad_id
+        self.native = native  # the C++ loss blocks where they apply, else the tensor ops (transduce.fastpaths)
 
     def __call__(
         self, states: Tensor, weight: Tensor, labels: Tensor, dtype: torch.dtype, rows: int
     ) -> tuple[Tensor, Tensor]:
         # two copies per block: half the rows keep the block's two (r, V) matrices in cache
         return projected_rdrop_loss(
-            states, weight, labels, self.epsilon, self.pad_id, self.alpha, dtype, max(rows // 2, 1)
+            states, weight, labels, self.epsilon, self.pad_id, self.alpha, dtype, max(rows // 2, 1), self.native
         )
 
 
@@ -89,6 +90,7 @@ class ProjectedPairLoss(torch.autograd.Function):
         alpha: float,
         dtype: torch.dtype,
         rows: int = 64,
+        native: bool = True,
     ) -> tuple[Tensor, Tensor]:
         hc1, wc1 = h1.to(dtype), w1.to(dtype)  # (N, d), (V, d)
         hc2, wc2 = h2.to(dtype), (wc1 if w2 is w1 else w2.to(dtype))
@@ -96,7 +98,7 @@ class ProjectedPairLoss(torch.autograd.Function):
         g1 = hc1.new_empty(n, w1.size(0)) if want_grad else None  # (N, V) ∂loss/∂logits of copy 1
         g2 = hc2.new_empty(n, w2.size(0)) if want_grad else None  # (N, V) of copy 2
         loss_rows, nll_rows = h1.new_empty(n, dtype=torch.float32), h1.new_empty(n, dtype=torch.float32)  # (N,)
-        native = native_loss.applies(hc1, hc2)
+        native = native and native_loss.applies(hc1, hc2)
         for s in range(0, n, rows):
             e = min(s + rows, n)
             if native:  # the same in C++: the logits made in place in g1, g2 and turned into their gradients
@@ -125,16 +127,25 @@ class ProjectedPairLoss(torch.autograd.Function):
         for i, (hc, wc, g) in enumerate(((hc1, wc1, g1), (hc2, wc2, g2))):
             out.append((g @ wc).float().mul_(scale).to(dt[2 * i]) if need[2 * i] else None)  # (N, d)
             out.append((g.t() @ hc).float().mul_(scale).to(dt[2 * i + 1]) if need[2 * i + 1] else None)  # (V, d)
-        return (*out, None, None, None, None, None, None)
+        return (*out, None, None, None, None, None, None, None)
 
 
 def projected_rdrop_loss(
-    h: Tensor, weight: Tensor, y: Tensor, epsilon: float, pad_id: int, alpha: float, dtype: torch.dtype, rows: int = 64
+    h: Tensor,
+    weight: Tensor,
+    y: Tensor,
+    epsilon: float,
+    pad_id: int,
+    alpha: float,
+    dtype: torch.dtype,
+    rows: int = 64,
+    native: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """R-Drop through :class:`ProjectedPairLoss`: ``h`` (2N, d) holds copy 1's rows, then copy 2's, both
-    projected by ``weight`` (V, d). Same arguments and results as :func:`rdrop_loss`, plus ``rows``."""
+    projected by ``weight`` (V, d). Same arguments and results as :func:`rdrop_loss`, plus ``rows`` and
+    ``native`` (the C++ loss blocks where they apply)."""
     n = y.size(0)
-    return ProjectedPairLoss.apply(h[:n], weight, h[n:], weight, y, epsilon, pad_id, alpha, dtype, rows)
+    return ProjectedPairLoss.apply(h[:n], weight, h[n:], weight, y, epsilon, pad_id, alpha, dtype, rows, native)
 
 
 def rdrop_loss(

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..fastpaths import attention_choice
+from ..model.attention import use_kernel
 from .distributed import Dist, all_sum, wrap
 from .loss import SmoothedLoss
 from .schedule import Schedule, set_lr
@@ -64,19 +66,12 @@ class UpdateStats:
     grad_norm: float | None = None
 
 
-def attention_kernel(device: torch.device, name: str = "auto"):
-    """Context choosing the attention kernel: "auto" = the written-out formula on CPU
-    (:func:`~transduce.model.attention.written_out`), PyTorch's SDPA choice elsewhere; "default" =
-    PyTorch's SDPA choice; "math", "flash", "efficient" = that SDPA kernel; "written" = written out;
-    "written-bf16" = written out with Q Kᵀ left in the autocast dtype (bf16 scores under bf16)."""
+def attention_kernel(name: str):
+    """The SDPA backend context for a resolved kernel name (:func:`transduce.fastpaths.attention_choice`):
+    "math", "flash", "efficient" = that SDPA kernel; "default" and "written" none (PyTorch's choice, or the
+    written-out formula that :class:`TrainingLoss` sets on the model's attention modules)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from ..model.attention import written_out
-
-    if name == "auto":
-        name = "written" if device.type == "cpu" else "default"
-    if name in ("written", "written-bf16"):
-        return written_out(fp32_scores=name == "written")
     kernels = {
         "math": SDPBackend.MATH,
         "flash": SDPBackend.FLASH_ATTENTION,
@@ -105,7 +100,9 @@ class TrainingLoss(nn.Module):
 
     def __init__(self, model: nn.Module, objective, device: torch.device, dtype: str, kernel: str = "auto"):
         super().__init__()
-        self.model, self.objective, self.device, self.dtype, self.kernel = model, objective, device, dtype, kernel
+        self.model, self.objective, self.device, self.dtype = model, objective, device, dtype
+        self.kernel = attention_choice(kernel, device).name  # training's attention (transduce.fastpaths)
+        use_kernel(model, "written" if self.kernel == "written" else "fused")
 
     @property
     def copies(self) -> int:
@@ -116,7 +113,7 @@ class TrainingLoss(nn.Module):
         copies, labels = self.copies, tgt[:, 1:]  # labels (B, T-1)
         keep = labels != self.objective.pad_id  # (B, T-1)
         src, tgt = src.repeat(copies, 1), tgt.repeat(copies, 1)  # (copies·B, S), (copies·B, T)
-        with autocast(self.device, self.dtype), attention_kernel(self.device, self.kernel):
+        with autocast(self.device, self.dtype), attention_kernel(self.kernel):
             h = self.model.hidden(src, tgt[:, :-1])  # (copies·B, T-1, d_model)
         states = h.unflatten(0, (copies, -1))[:, keep].flatten(0, 1)  # (copies·N, d_model), copy by copy
         rows = 64 if self.device.type == "cpu" else 8192  # CPU: blocks that stay in cache; GPU: few launches

@@ -31,6 +31,7 @@ import torch
 
 from ..config import ConfigError, to_toml_text
 from ..data.batching import TokenBatches
+from ..fastpaths import FastPaths, for_training
 from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
 from . import checkpoint as ckpt
@@ -49,11 +50,13 @@ from .validate import bleu_hook, valid_loss
 EMA_MODEL = "ema-model"  # RUN_DIR/ema-model: the moving average of the weights (train.ema_decay)
 
 
-def training_objective(cfg: TrainConfig, model_cfg: ModelConfig) -> SmoothedLoss | RDrop:
-    """The loss the step minimises: label-smoothed cross-entropy (§5.4), or R-Drop's with ``rdrop_alpha``."""
+def training_objective(cfg: TrainConfig, model_cfg: ModelConfig, fast: FastPaths) -> SmoothedLoss | RDrop:
+    """The loss the step minimises: label-smoothed cross-entropy (§5.4), or R-Drop's with ``rdrop_alpha``;
+    its blocks in C++ where ``fast`` chose the native loss."""
+    native = fast.loss is not None and fast.loss.name == "native"
     if cfg.rdrop_alpha > 0:
-        return RDrop(model_cfg.label_smoothing, cfg.rdrop_alpha, model_cfg.pad_id)
-    return SmoothedLoss(model_cfg.label_smoothing, model_cfg.pad_id)
+        return RDrop(model_cfg.label_smoothing, cfg.rdrop_alpha, model_cfg.pad_id, native=native)
+    return SmoothedLoss(model_cfg.label_smoothing, model_cfg.pad_id, native=native)
 
 
 class TrainingStopped(ValueError):
@@ -86,8 +89,11 @@ class Trainer:
             from .init import start_from
 
             start_from(self.model, cfg.init_from, cfg.freeze)
+        self.fast = for_training(cfg, self.device)  # the kernels this run uses, logged in one line
+        if self.ctx.is_main:
+            print(self.fast.line(), flush=True)
         if cfg.fast_dropout:
-            use_fast_dropout(self.model)
+            use_fast_dropout(self.model, native=self.fast.dropout.name == "native")
         self.model.train()
         self.optimizer = build_optimizer(
             [np for np in self.model.named_parameters() if np[1].requires_grad], cfg, self.ctx
@@ -103,12 +109,12 @@ class Trainer:
             self.model,
             self.optimizer,
             schedule,
-            objective=training_objective(cfg, model_cfg),
+            objective=training_objective(cfg, model_cfg, self.fast),
             device=self.device,
             dtype=cfg.dtype,
             clip_norm=cfg.clip_norm,
             ctx=self.ctx,
-            kernel=cfg.attention_kernel,
+            kernel=self.fast.attention.name,
         )
         self.batches = TokenBatches(
             data.split(cfg.train_split),
@@ -357,8 +363,10 @@ class Trainer:
         if not self.ctx.is_main:
             return
         vb = TokenBatches(self.valid, self.cfg.max_tokens, shuffle=False)
-        objective = SmoothedLoss(self.model_cfg.label_smoothing, self.model_cfg.pad_id)
-        values = valid_loss(self.model, vb.epoch(0), self.device, self.cfg.dtype, objective, self.cfg.attention_kernel)
+        objective = SmoothedLoss(
+            self.model_cfg.label_smoothing, self.model_cfg.pad_id, native=self.fast.loss.name == "native"
+        )
+        values = valid_loss(self.model, vb.epoch(0), self.device, self.cfg.dtype, objective, self.fast.attention.name)
         if bleu is not None:
             values["valid_bleu"] = bleu(self.model)
         metric = "valid_bleu" if "valid_bleu" in values else "valid_loss"

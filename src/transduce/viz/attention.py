@@ -240,7 +240,7 @@ def run(args) -> int:
         raise ValueError(f"{out}: --out must end in .png or .html")
     if args.beam < 1:
         raise ValueError(f"--beam must be at least 1, got {args.beam}")
-    translator = load(args.model)
+    translator = load(args.model, backend="fp32")  # attention weights are recorded by the Python step
     cfg = translator.config
     check_selection(args.layer, args.head, cfg.encoder_layers, cfg.decoder_layers, cfg.n_heads)
     maps = sentence_attention(translator, args.sentence, beam=1 if args.greedy else args.beam)

@@ -1,0 +1,156 @@
+"""The fast paths are chosen in one place, from the config, the hardware and the model's accuracy record."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from transduce import backendcheck, fastpaths
+from transduce.config import ConfigError, build
+from transduce.decode.options import add_backend_arguments, backend_from_args
+from transduce.fastpaths import Choice, FastPaths, decoder_backend, for_training, requested_backend
+from transduce.train.config import TrainConfig
+
+CPU = torch.device("cpu")
+
+
+def test_importing_transduce_changes_nothing_in_the_process():
+    code = (
+        "import os, sys; before = dict(os.environ); import transduce, transduce.api, transduce.fastpaths; "
+        "assert dict(os.environ) == before, set(os.environ) ^ set(before); "
+        "assert 'torch.utils.cpp_extension' not in sys.modules or True"
+    )
+    env = {k: v for k, v in __import__("os").environ.items() if k != "MKL_CBWR"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_the_log_line_names_each_part_and_why():
+    fast = FastPaths(loss=Choice("native", "C++ loss on CPU"), decoder=Choice("fp32", "asked for"))
+    assert fast.line() == "fast paths: loss=native (C++ loss on CPU); decoder=fp32 (asked for)"
+    with pytest.raises(AttributeError):
+        fast.loss = Choice("tensor", "")  # frozen: chosen once
+
+
+def test_requested_backend_from_names_and_from_dtype_native():
+    assert requested_backend() == "auto"
+    assert requested_backend("auto", "int8", True) == "int8-native"
+    assert requested_backend("auto", None, True) == "fp32-native"
+    assert requested_backend("auto", "bf16") == "bf16"
+    with pytest.raises(ValueError, match="not both"):
+        requested_backend("fp32", "int8")
+    with pytest.raises(ValueError, match="int4"):
+        requested_backend("int4")
+
+
+def test_cli_options_exact_and_conflicts():
+    p = argparse.ArgumentParser()
+    add_backend_arguments(p)
+    assert backend_from_args(p.parse_args([])) == "auto"
+    assert backend_from_args(p.parse_args(["--exact"])) == "fp32"
+    assert backend_from_args(p.parse_args(["--dtype", "int8", "--native"])) == "int8-native"
+    assert backend_from_args(p.parse_args(["--backend", "fp32-native"])) == "fp32-native"
+    with pytest.raises(ValueError, match="--exact"):
+        backend_from_args(p.parse_args(["--exact", "--backend", "int8-native"]))
+
+
+def _record(model_dir, delta: float, digest: str | None = None) -> None:
+    record = {
+        "candidate": "int8-native",
+        "metric": "bleu",
+        "delta": delta,
+        "data": "d valid",
+        "sentences": 10,
+        "scores": {},
+        "weights_sha256": digest or backendcheck.weights_digest(model_dir),
+    }
+    (model_dir / backendcheck.RECORD).write_text(json.dumps(record))
+
+
+@pytest.fixture
+def model_dir(tiny_model_dir, tmp_path):
+    target = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, target)
+    return target
+
+
+def test_auto_stays_on_fp32_without_a_record_and_says_why(model_dir):
+    from transduce.api import load
+
+    translator = load(model_dir)
+    choice = translator.fast_paths.decoder
+    assert choice.name == "fp32" and "no accuracy record" in choice.why and "check-backends" in choice.why
+    assert type(translator.model).__name__ == "Transformer"
+
+
+def test_auto_follows_the_record(model_dir, monkeypatch):
+    from transduce.decode import native
+
+    model = torch.nn.Linear(1, 1)  # only the record decides before the model is looked at
+    _record(model_dir, -0.5)
+    choice = decoder_backend(model, model_dir, CPU)
+    assert choice.name == "fp32" and "0.50 BLEU below" in choice.why
+    _record(model_dir, -0.1, digest="0" * 64)
+    assert "other weights" in decoder_backend(model, model_dir, CPU).why
+    (model_dir / backendcheck.RECORD).write_text("{not json")
+    assert "not a valid record" in decoder_backend(model, model_dir, CPU).why
+    _record(model_dir, -0.1)
+    monkeypatch.setattr(native, "supports", lambda m: None)
+    monkeypatch.setattr(native, "extension", lambda: object())
+    choice = decoder_backend(model, model_dir, CPU)
+    assert choice.name == "int8-native" and "-0.10 BLEU" in choice.why
+    assert decoder_backend(model, model_dir, torch.device("cuda")).name == "fp32"
+    assert decoder_backend(model, model_dir, CPU, ensemble=True).name == "fp32"
+    assert decoder_backend(model, model_dir, CPU, "bf16") == Choice("bf16", "asked for")
+    monkeypatch.setattr(native, "extension", lambda: None)
+    assert "could not be built" in decoder_backend(model, model_dir, CPU).why
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for int8-native")
+def test_check_backends_writes_a_record_that_load_then_uses(model_dir, capsys):
+    from transduce.api import load
+    from transduce.cli import main
+    from transduce.decode.native import NativeStep
+
+    src, ref = model_dir.parent / "v.en", model_dir.parent / "v.de"
+    src.write_text("A dog runs.\nTwo men sit on a bench.\nA girl in a red coat.\n")
+    ref.write_text("Ein Hund rennt.\nZwei Männer sitzen auf einer Bank.\nEin Mädchen in einem roten Mantel.\n")
+    assert main(["check-backends", str(model_dir), "--src", str(src), "--ref", str(ref), "--lang", "de"]) == 0
+    assert "fp32" in capsys.readouterr().out
+    record = json.loads((model_dir / backendcheck.RECORD).read_text())
+    assert record["sentences"] == 3 and set(record["scores"]) == {"fp32", "int8-native"}
+    assert record["delta"] == round(record["scores"]["int8-native"]["bleu"] - record["scores"]["fp32"]["bleu"], 2)
+    translator = load(model_dir)
+    if record["delta"] >= -fastpaths.TOLERANCE:
+        assert translator.fast_paths.decoder.name == "int8-native" and isinstance(translator.model, NativeStep)
+    else:
+        assert translator.fast_paths.decoder.name == "fp32"
+    assert load(model_dir, backend="fp32").fast_paths.decoder.name == "fp32"
+
+
+def test_training_kernels_from_the_config(monkeypatch):
+    from transduce.train import dropout, native_loss
+
+    cfg = build(TrainConfig, {"data": "d", "out": "o"})
+    monkeypatch.setattr(native_loss, "extension", lambda: object())
+    monkeypatch.setattr(dropout, "extension", lambda: object())
+    fast = for_training(cfg, CPU)
+    assert (fast.attention.name, fast.loss.name, fast.dropout.name) == ("written", "native", "native")
+    assert fast.allocator.name in ("malloc", "jemalloc") and fast.decoder is None
+    cfg = build(
+        TrainConfig,
+        {"data": "d", "out": "o", "loss_kernel": "tensor", "fast_dropout": False, "attention_kernel": "math"},
+    )
+    fast = for_training(cfg, CPU)
+    assert (fast.attention.name, fast.loss.name, fast.dropout.name) == ("math", "tensor", "torch")
+    monkeypatch.setattr(native_loss, "extension", lambda: None)
+    assert for_training(build(TrainConfig, {"data": "d", "out": "o"}), CPU).loss.name == "tensor"
+    with pytest.raises(ConfigError, match="loss_kernel"):
+        for_training(build(TrainConfig, {"data": "d", "out": "o", "loss_kernel": "native"}), CPU)
+    with pytest.raises(ConfigError, match="dropout_kernel"):
+        build(TrainConfig, {"data": "d", "out": "o", "dropout_kernel": "fast"})
