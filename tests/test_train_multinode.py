@@ -66,8 +66,6 @@ def launch(config: Path, port: int, job: str, *extra: str) -> list[subprocess.Po
         "PYTHONPATH": str(REPO / "src"),
         "GLOO_SOCKET_IFNAME": "lo",
         "OMP_NUM_THREADS": "1",
-        "TRANSDUCE_NATIVE_LOSS": "0",
-        "TRANSDUCE_NATIVE_DROPOUT": "0",
     }
     cmd = [
         sys.executable,
@@ -86,6 +84,10 @@ def launch(config: Path, port: int, job: str, *extra: str) -> list[subprocess.Po
         str(config),
         "--set",
         "model.dropout=0.0",
+        "--set",
+        "train.loss_kernel='tensor'",  # no C++ build inside the nodes
+        "--set",
+        "train.dropout_kernel='tensor'",
         *extra,
     ]
     return [
