@@ -31,6 +31,9 @@ def test_the_printed_translate_and_attention_commands_run(tiny_model_dir, tmp_pa
     assert cli.main(args) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2  # one line out per line in
 
+    args, _ = argv(printed["exact fp32"])
+    assert args[0] == "translate" and "--exact" in args and cli.main(args) == 0
+
     args, _ = argv(printed["attention page"])
     assert args[0] == "attention" and cli.main(args) == 0
     assert "<html" in (tmp_path / "king.html").read_text(encoding="utf-8")

@@ -92,13 +92,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def next_commands(model: str | Path, sample: Path, out: Path, tgt_lang: str, src_lang: str = "en") -> list[str]:
-    """Copy-paste lines that translate a file with the demo's model, serve it, call it, and draw its attention."""
+    """Copy-paste lines that translate a file with the demo's model (the default backend, which the recipe's
+    backends.json lets be the fastest, and exact fp32), serve it, call it, and draw its attention."""
     t = _cli()
     m = shlex.quote(str(model))
     body = shlex.quote(json.dumps({"q": "The Lord is my shepherd.", "source": src_lang, "target": tgt_lang}))
     return [
         f"  translate a file : {t} translate --model {m} {shlex.quote(str(sample))} > {shlex.quote(str(out / f'examples.{tgt_lang}'))}",
-        f"  the fastest way  : {t} translate --model {m} --dtype int8 --native {shlex.quote(str(sample))}",
+        f"  exact fp32       : {t} translate --model {m} --exact {shlex.quote(str(sample))}",
         f"  serve it         : {t} serve --model {m} --port 8000",
         f"  and call it      : curl -s localhost:8000/translate -H 'Content-Type: application/json' -d {body}",
         f"  attention page   : {t} attention --model {m} {shlex.quote(EXAMPLES[1])} --out {shlex.quote(str(out / 'king.html'))}",
