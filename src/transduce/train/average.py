@@ -82,4 +82,5 @@ def average(run_dir: Path, last: int, out: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     out = average(args.run_dir, args.last, args.out)
     print(f"averaged the last {args.last} checkpoints of {args.run_dir} into {out}")
+    print(f"decoding it uses exact fp32 until `transduce check-backends {out} --data DATA` records int8's accuracy")
     return 0

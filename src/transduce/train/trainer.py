@@ -405,6 +405,10 @@ class Trainer:
         reason = self.stop_reason or f"max_steps={self.cfg.max_steps} reached"
         log.record("end", self.step, {"reason": reason, "model": str(out), "weights": source})
         log.message(f"stopped at step {self.step}: {reason}; model directory {out} ({source})")
+        log.message(
+            f"decoding it uses exact fp32 until `transduce check-backends {out} --data {self.cfg.data}` records "
+            "how the faster int8 path scores on its validation set (transduce recipe does this for you)"
+        )
         return out
 
     def _save_ema_model(self, meta: dict[str, Any], log: RunLog) -> None:
