@@ -1,7 +1,9 @@
 """Every decoding backend against the readable reference, on the same model and the same inputs.
 
 The reference is the Python fp32 step (``Transformer.decode_step``) decoding each sentence on its own, one
-thread. Each backend of :data:`transduce.fastpaths.BACKENDS` has a contract below, and the suite checks it
+thread. Every check runs on two models: the paper's (ReLU, a bias-free output projection) and one with Swish
+feed-forwards and an output bias (``activation="swish"``, ``output_bias=True``, as many OPUS-MT models), so
+a backend that ignores either part breaks its contract. Each backend of :data:`transduce.fastpaths.BACKENDS` has a contract below, and the suite checks it
 batched (all sentences in one call) and unbatched (one sentence per call):
 
 * ``exact``: the same hypotheses, log-probabilities and scores as its reference, bit for bit;
@@ -43,13 +45,14 @@ CONTRACTS = {
 NATIVE = [b for b in BACKENDS if b.endswith("-native")]
 CUDA_ONLY = ("fp16",)
 BEAM = 4
+MODELS = {"paper": {}, "swish-output-bias": dict(activation="swish", output_bias=True)}
 
 
-def _model() -> Transformer:
+def _model(variant: str) -> Transformer:
     """A tiny random model, far enough from initialisation to give varied distributions, yet well
     conditioned (int8's error is then a few hundredths of a nat)."""
     torch.manual_seed(0)
-    model = Transformer(ModelConfig.preset("tiny", vocab_size=60, dropout=0.0)).eval()
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=60, dropout=0.0, **MODELS[variant])).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.1)
@@ -66,16 +69,16 @@ def _sources() -> torch.Tensor:
     return src
 
 
-@pytest.fixture(scope="module")
-def decoders():
-    """backend -> its decoder over the same fp32 weights (native ones need a C++ compiler)."""
+@pytest.fixture(scope="module", params=list(MODELS))
+def decoders(request):
+    """backend -> its decoder over the same fp32 weights of one of MODELS (native ones need a C++ compiler)."""
     torch.set_num_threads(1)
     out = {}
     for name in BACKENDS:
         if (name in NATIVE and shutil.which("c++") is None) or name in CUDA_ONLY:
             continue
         # a fresh copy of the same weights each: bf16 converts its model in place
-        decoder, ran = decoder_for(_model(), Choice(name, "conformance"), torch.device("cpu"))
+        decoder, ran = decoder_for(_model(request.param), Choice(name, "conformance"), torch.device("cpu"))
         assert ran.name == name, ran  # a native backend that silently fell back would test nothing
         out[name] = decoder
     return out

@@ -44,6 +44,7 @@ def _sources() -> torch.Tensor:
         dict(positions="learned", tie_embeddings="none"),
         dict(attention="dot"),
         dict(activation="gelu"),
+        dict(activation="swish", output_bias=True),
     ],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -180,18 +181,20 @@ def test_int8_step_approximates_fp32_as_closely_as_python_int8(tiny_model_dir):
     assert agree(ours) >= agree(python_int8), (agree(ours), agree(python_int8))
 
 
-def test_int8_step_follows_the_models_activation():
-    """A GELU model's int8 step (encoder and decoder loops) tracks fp32 GELU, not fp32 ReLU over the same weights."""
-    gelu = _random_model(activation="gelu")
+@pytest.mark.parametrize("activation", ["gelu", "swish"])
+def test_int8_step_follows_the_models_activation(activation):
+    """A GELU or Swish model's int8 step (encoder and decoder loops) tracks its fp32 model, not fp32 ReLU over the
+    same weights."""
+    model = _random_model(activation=activation)
     with torch.no_grad():
-        for p in gelu.parameters():
+        for p in model.parameters():
             p.mul_(0.3)  # a well-conditioned stack, as test_int8_encoder_approximates_fp32
-    relu = Transformer(ModelConfig(**{**gelu.config.to_dict(), "activation": "relu"})).eval()
-    relu.load_state_dict(gelu.state_dict())
+    relu = Transformer(ModelConfig(**{**model.config.to_dict(), "activation": "relu"})).eval()
+    relu.load_state_dict(model.state_dict())
     src = _sources()
-    ref = _step_log_probs(gelu, src, 6)
+    ref = _step_log_probs(model, src, 6)
     feed = [lp.argmax(-1) for lp in ref]
-    ours = _step_log_probs(native.native_step(gelu, int8=True), src, 6, feed)
+    ours = _step_log_probs(native.native_step(model, int8=True), src, 6, feed)
     other = _step_log_probs(relu, src, 6, feed)
     err = max((a - b).abs().max().item() for a, b in zip(ours, ref))
     apart = max((a - b).abs().max().item() for a, b in zip(other, ref))

@@ -17,10 +17,20 @@ def _model(**overrides) -> Transformer:
     return Transformer(ModelConfig.preset("tiny", vocab_size=60, **overrides)).eval()
 
 
-@pytest.mark.parametrize("overrides", [dict(), dict(norm="pre"), dict(activation="gelu", tie_embeddings="none")])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(),
+        dict(norm="pre"),
+        dict(activation="gelu", tie_embeddings="none"),
+        dict(activation="swish", output_bias=True),
+    ],
+)
 def test_a_model_reads_into_a_valid_spec(overrides):
     model = _model(**overrides)
     spec = validated(spec_of(model))
+    assert spec.activation == model.config.activation
+    assert (spec.generator.bias is None) == (not model.config.output_bias)
     assert len(spec.decoder) == model.config.decoder_layers and len(spec.cross_kv) == len(spec.decoder)
     assert torch.equal(spec.decoder[0].self_qkv.weight, model.decoder.layers[0].self_attn.qkv_proj.weight)
     assert (spec.decoder_norm is None) == (model.config.norm == "post")
@@ -33,6 +43,7 @@ def test_every_problem_is_named_at_once():
         spec,
         n_heads=5,
         eps=0.0,
+        activation="tanh",
         decoder=[
             spec.decoder[0],
             dataclasses.replace(
@@ -53,6 +64,7 @@ def test_every_problem_is_named_at_once():
         "cross_kv: 1 maps for 2 decoder layers",
         "n_heads: 5",
         "eps: 0.0",
+        "activation: 'tanh'",
     ):
         assert name in text, (name, problems)
     with pytest.raises(UnsupportedModel, match="ff_out.*cross_norm"):
@@ -76,4 +88,6 @@ def test_the_extension_takes_the_spec_by_name_only():
     decoder = native.decoder_of(ext, spec, native._float)  # by keyword: accepted
     assert decoder is not None
     with pytest.raises(TypeError):  # positional arguments are refused: no hand-off depends on an order
-        ext.Decoder([], [], None, spec.tgt_embedding, 1.0, None, None, 4, 0.5, False, 1e-5, False)
+        ext.Decoder([], [], None, spec.tgt_embedding, 1.0, None, None, 4, 0.5, False, 1e-5, "relu")
+    with pytest.raises(RuntimeError, match="unknown feed-forward activation 'tanh'"):
+        native.decoder_of(ext, dataclasses.replace(spec, activation="tanh"), native._float)

@@ -274,7 +274,7 @@ def test_bad_inputs_are_named(fitted, tmp_path, capsys):
     with pytest.raises(ConfigError, match="vocab.json and the weights do not match"):
         import_marian(tmp_path / "hf2")
     (tmp_path / "hf2" / "vocab.json").write_text(json.dumps(vocab))
-    (tmp_path / "hf2" / "config.json").write_text(json.dumps({**cfg, "activation_function": "swish"}))
+    (tmp_path / "hf2" / "config.json").write_text(json.dumps({**cfg, "activation_function": "tanh"}))
     with pytest.raises(ConfigError, match="activation_function"):
         import_marian(tmp_path / "hf2")
     (tmp_path / "hf2" / "config.json").write_text("{not json")

@@ -57,13 +57,15 @@ def sentences(n: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) for _ in range(n)]
 
 
-@pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    """(MarianMT directory, native release directory, Marian vocabulary order) of one random model."""
-    root = tmp_path_factory.mktemp("opus")
+def write_release(root, activation: str = "relu", logit_bias: float = 0.0):
+    """(MarianMT directory, native release directory, Marian vocabulary order) of one random model under
+    ``root``: feed-forward ``activation``, and an output bias drawn with standard deviation ``logit_bias``
+    (0: all zeros, as models without one)."""
     vocab = Vocab.train(sentences(300), 80)
     torch.manual_seed(0)
-    cfg = ModelConfig.preset("tiny", vocab_size=len(vocab), d_model=D_MODEL, d_ff=D_FF, n_heads=4, max_positions=64)
+    cfg = ModelConfig.preset(
+        "tiny", vocab_size=len(vocab), d_model=D_MODEL, d_ff=D_FF, n_heads=4, max_positions=64, activation=activation
+    )
     hf = marian.to_marian_state(Transformer(cfg))  # MarianMT names, our ids (pad 0, unk 1, bos 2, eos 3)
     pieces = [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
     order = ["</s>", "<unk>"] + LANGS + pieces[4:] + ["<pad>"]  # OPUS-MT's layout; <pad> last, zero row
@@ -73,7 +75,9 @@ def release(tmp_path_factory):
     table[V - 1] = 0.0
     hf["model.shared.weight"] = table
     assert "model.encoder.embed_tokens.weight" not in hf  # tie_embeddings "all": one shared table
-    hf["final_logits_bias"] = torch.zeros(1, V)
+    bias = torch.randn(1, V) * logit_bias
+    bias[0, V - 1] = 0.0  # the <pad> column that the native import appends
+    hf["final_logits_bias"] = bias
 
     hf_dir = root / "hf"
     hf_dir.mkdir()
@@ -104,11 +108,11 @@ def release(tmp_path_factory):
                         t.T if t.ndim == 2 and "layer_norm" not in name else t.reshape(1, -1)
                     )  # Marian: x·W with W (in, out); vectors (1, n)
     arrays["Wemb"] = table[: V - 1].numpy()  # Marian has no <pad> row
-    arrays["decoder_ff_logit_out_b"] = np.zeros((1, V - 1), np.float32)
+    arrays["decoder_ff_logit_out_b"] = bias[:, : V - 1].numpy()
     model_yml = (
         f"type: transformer\ndim-emb: {D_MODEL}\nenc-depth: {cfg.encoder_layers}\ndec-depth: "
         f"{cfg.decoder_layers}\ntransformer-heads: 4\ntransformer-dim-ffn: {D_FF}\n"
-        'transformer-ffn-activation: relu\ntransformer-preprocess: ""\ntransformer-postprocess: dan\n'
+        f'transformer-ffn-activation: {activation}\ntransformer-preprocess: ""\ntransformer-postprocess: dan\n'
         "transformer-postprocess-emb: d\ntied-embeddings-all: true\nright-left: false\n"
         f"dim-vocabs:\n  - {V - 1}\n  - {V - 1}\n"
     )
@@ -124,6 +128,12 @@ def release(tmp_path_factory):
         vocab.save(d / "source.spm")
         vocab.save(d / "target.spm")
     return hf_dir, native, order
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    """A random OPUS-MT model of the paper's kind (ReLU, no output bias) in both formats."""
+    return write_release(tmp_path_factory.mktemp("opus"))
 
 
 def test_native_and_marianmt_imports_are_the_same_model(release, tmp_path):
@@ -268,3 +278,101 @@ def test_import_by_zip_url_and_hub_name_without_network(release, tmp_path, monke
     with pytest.raises(ValueError, match="outside its directory"):
         import_model(evil, cache)
     assert not (tmp_path / "escaped.txt").exists()
+
+
+@pytest.fixture(scope="module")
+def biased_release(tmp_path_factory):
+    """The same kind of model with Swish feed-forwards and a non-zero output bias, as many OPUS-MT models have."""
+    return write_release(tmp_path_factory.mktemp("opus-swish"), activation="swish", logit_bias=1.0)
+
+
+def _padded(rows: list[list[int]]) -> torch.Tensor:
+    width = max(map(len, rows))
+    return torch.tensor([r + [0] * (width - len(r)) for r in rows])  # (B, width), our pad 0
+
+
+def _pairs(vocabs, n: int = 4) -> tuple[list[list[int]], list[list[int]]]:
+    """Sources (``>>deu<<``, pieces, eos) and decoder inputs (bos, pieces) in our ids."""
+    deu = vocabs.src.sp.piece_to_id(">>deu<<")
+    src = [[deu] + vocabs.src.encode(s) + [3] for s in sentences(n, seed=11)]
+    return src, [[2] + vocabs.tgt.encode(s) for s in sentences(n, seed=12)]
+
+
+def test_output_bias_and_swish_import_from_both_formats_as_marianmt_computes_them(biased_release):
+    """Both formats give one model with ``output_bias`` and ``activation="swish"``, whose logits are those of
+    transformers' own MarianMTModel on the MarianMT directory (an implementation independent of ours). The same
+    model without its bias, or with ReLU, is far from them: the comparison sees both parts."""
+    transformers = pytest.importorskip("transformers", reason="the reference forward is transformers' MarianMTModel")
+    marian.offline()
+    hf_dir, native, order = biased_release
+    a, vocabs, _ = import_model(hf_dir)
+    b, _, _ = import_model(native)
+    assert a.config == b.config and a.config.output_bias and a.config.activation == "swish"
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+    V = len(order)
+    marian_id = torch.tensor([V - 1 if i == 2 else order.index(vocabs.src.sp.id_to_piece(i)) for i in range(V + 1)])
+    src, tgt = _pairs(vocabs)
+    hf_model = transformers.MarianMTModel.from_pretrained(hf_dir).eval()
+    assert hf_model.config.activation_function == "swish" and hf_model.final_logits_bias.abs().max() > 0.5
+    relu = Transformer(ModelConfig(**{**a.config.to_dict(), "activation": "relu"})).eval()
+    relu.load_state_dict(a.state_dict())
+    no_bias = Transformer(ModelConfig(**{**a.config.to_dict(), "output_bias": False})).eval()
+    no_bias.load_state_dict({k: v for k, v in a.state_dict().items() if k != "generator.bias"})
+    with torch.no_grad():
+        theirs = hf_model(
+            input_ids=marian_id[_padded(src)],
+            attention_mask=(_padded(src) != 0).long(),
+            decoder_input_ids=marian_id[_padded(tgt)],
+        ).logits  # (B, T, V)
+        got = {m: model(_padded(src), _padded(tgt)) for m, model in (("ours", a), ("relu", relu), ("none", no_bias))}
+    for name, logits in got.items():  # (B, T, V + 1); our <s> column is Marian's start (pad) column
+        error = max((logits[i, : len(t)] - theirs[i, : len(t)][:, marian_id]).abs().max() for i, t in enumerate(tgt))
+        assert error < 1e-4 if name == "ours" else error > 0.05, (name, error)
+
+
+def test_output_bias_and_swish_translate_alike_on_every_backend_and_survive_exports(biased_release, tmp_path):
+    """The imported model in a model directory: the C++ steps translate it as the Python steps do; exported to
+    MarianMT and CTranslate2 it keeps its bias and activation, and CTranslate2 translates and scores as it."""
+    hf_dir, _, _ = biased_release
+    assert main(["import", str(hf_dir), "--out", str(tmp_path / "m")]) == 0
+    model, vocabs, _ = load_model_dir(tmp_path / "m")
+    imported = import_model(hf_dir)[0].state_dict()
+    assert model.config.output_bias and model.config.activation == "swish"
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in imported.items())
+
+    lines = sentences(12, seed=21)
+    out = {}
+    for name in ("fp32", "fp32-native", "bf16", "bf16-native"):  # int8's: tests/test_backends_conformance.py
+        translator = load(tmp_path / "m", backend=name)
+        assert translator.fast_paths.decoder.name == name, translator.fast_paths.line()
+        out[name] = [
+            (t.tokens, t.score) for t in translator.translate(lines, beam=2, target_lang="deu", return_scores=True)
+        ]
+    assert len({tuple(tokens) for tokens, _ in out["fp32"]}) > 3  # outputs vary with the input
+    assert out["fp32-native"] == out["fp32"] and out["bf16-native"] == out["bf16"]
+
+    assert main(["export", "--to", "hf", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "hf")]) == 0
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["activation_function"] == "swish"
+    back = import_model(tmp_path / "hf")[0]
+    assert back.config == model.config
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
+
+    ctranslate2 = pytest.importorskip("ctranslate2", reason="the CTranslate2 export needs ctranslate2")
+    assert main(["export", "--to", "ct2", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "ct2")]) == 0
+    ct2 = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    deu = vocabs.src.sp.id_to_piece(vocabs.src.sp.piece_to_id(">>deu<<"))
+    greedy = load(tmp_path / "m", backend="fp32").translate(lines, beam=1, target_lang="deu", return_scores=True)
+    for line, ours in zip(lines, greedy):
+        ids = vocabs.src.encode(line)
+        limit = len(ids) + 2 + 50  # transduce's default: (>>deu<<, source, eos) + 50 tokens, its eos included
+        res = ct2.translate_batch([[deu] + vocabs.src.pieces(ids)], beam_size=1, max_decoding_length=limit - 1)[0]
+        assert [vocabs.tgt.sp.piece_to_id(p) for p in res.hypotheses[0]] == ours.tokens, line
+    src, tgt = _pairs(vocabs)
+    scored = ct2.score_batch([vocabs.src.pieces(s[:-1]) for s in src], [vocabs.tgt.pieces(t[1:]) for t in tgt])
+    with torch.no_grad():
+        logp = model(_padded(src), _padded(tgt)).log_softmax(-1)  # (B, T, V)
+    for i, (t, res) in enumerate(zip(tgt, scored)):
+        expect = logp[i, torch.arange(len(t)), torch.tensor(t[1:] + [3])]
+        assert torch.allclose(torch.tensor(res.log_probs), expect, atol=1e-4)

@@ -50,7 +50,8 @@ def test_toml_with_preset_key(tmp_path):
         (dict(label_smoothing=1.5), "label_smoothing"),
         (dict(attention_window=0), "attention_window"),  # r < 1
         (dict(norm="middle"), "norm"),
-        (dict(activation="swish"), "activation"),
+        (dict(activation="tanh"), "activation"),
+        (dict(output_bias="yes"), "output_bias"),  # a bool
         (dict(tie_embeddings="all", tgt_vocab_size=77), "tie_embeddings"),
         (dict(encoder_layers=0), "encoder_layers"),
         (dict(pad_id=5000), "pad_id"),

@@ -107,17 +107,25 @@ inline void residual(bool pre_norm, float* x, float* scratch, const float* y, co
   }
 }
 
-// y (M, d) = W2 max(0, W1 x + b1) + b2 (§3.3), or W2 GELU(W1 x + b1) + b2 with gelu (the exact
-// erf form, as torch's default); hidden (M, d_ff) is scratch.
+// The feed-forward's activation: ReLU (§3.3), GELU (the exact erf form, as torch's default) or Swish
+// (x·σ(x), torch's SiLU); model.activation's names, parsed once by native_step.cpp.
+enum class Activation { relu, gelu, swish };
+
+// y (M, d) = W2 act(W1 x + b1) + b2 (§3.3); hidden (M, d_ff) is scratch.
 inline void feed_forward(const float* x, int64_t M, const Weights& w1, const Weights& w2, float* hidden, float* y,
-                         bool gelu) {
+                         Activation act) {
   gemm(x, M, w1, hidden);
-  if (gelu) {
-    for (int64_t i = 0; i < M * w1.out; ++i) {
-      hidden[i] = 0.5f * hidden[i] * (1.0f + std::erf(hidden[i] * 0.70710678f));  // x Φ(x)
-    }
-  } else {
-    for (int64_t i = 0; i < M * w1.out; ++i) hidden[i] = std::max(hidden[i], 0.0f);
+  const int64_t n = M * w1.out;
+  switch (act) {
+    case Activation::gelu:  // x Φ(x)
+      for (int64_t i = 0; i < n; ++i) hidden[i] = 0.5f * hidden[i] * (1.0f + std::erf(hidden[i] * 0.70710678f));
+      break;
+    case Activation::swish:
+      for (int64_t i = 0; i < n; ++i) hidden[i] = hidden[i] / (1.0f + std::exp(-hidden[i]));  // x σ(x)
+      break;
+    case Activation::relu:
+      for (int64_t i = 0; i < n; ++i) hidden[i] = std::max(hidden[i], 0.0f);
+      break;
   }
   gemm(hidden, M, w2, y);
 }

@@ -103,7 +103,7 @@ def _shared(spec: TransformerSpec) -> dict:
         "attn_scale": spec.attn_scale,
         "pre_norm": spec.pre_norm,
         "eps": spec.eps,
-        "gelu": spec.gelu,
+        "activation": spec.activation,
     }
 
 

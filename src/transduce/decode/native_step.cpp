@@ -12,6 +12,7 @@
 
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "int8_gemm.h"
@@ -44,6 +45,21 @@ Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v, const KeyMask& 
 
 Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
   return at::layer_norm(x, {x.size(-1)}, w, b, eps);
+}
+
+// The feed-forward activation named by decode/spec.py ("relu", "gelu", "swish").
+int8::Activation activation_named(const std::string& name) {
+  if (name == "relu") return int8::Activation::relu;
+  if (name == "gelu") return int8::Activation::gelu;
+  TORCH_CHECK(name == "swish", "unknown feed-forward activation '", name, "': expected relu, gelu or swish");
+  return int8::Activation::swish;
+}
+
+// The activation as the Python step's modules compute it: nn.ReLU, nn.GELU, nn.SiLU.
+Tensor activate(const Tensor& x, int8::Activation act) {
+  if (act == int8::Activation::gelu) return at::gelu(x);
+  if (act == int8::Activation::swish) return at::silu(x);
+  return at::relu(x);
 }
 
 // cat({cache.index_select(0, rows), x}, 2) written in one copy: cache (N', h, t, d_k), x (N, h, 1, d_k).
@@ -117,15 +133,16 @@ struct Decoder {
   c10::optional<Tensor> final_w, final_b;
   double embed_scale, attn_scale, eps;
   int64_t n_heads;
-  bool pre_norm, gelu;  // gelu: the feed-forward's activation is GELU, else ReLU
+  bool pre_norm;
+  int8::Activation act;  // the feed-forward's activation
 
   Decoder(std::vector<Linear> linears, std::vector<Tensor> norms, Linear generator, Tensor token_weight,
           double embed_scale, c10::optional<Tensor> final_w, c10::optional<Tensor> final_b, int64_t n_heads,
-          double attn_scale, bool pre_norm, double eps, bool gelu)
+          double attn_scale, bool pre_norm, double eps, const std::string& activation)
       : linears(std::move(linears)), norms(std::move(norms)), generator(std::move(generator)),
         token_weight(std::move(token_weight)), final_w(std::move(final_w)), final_b(std::move(final_b)),
         embed_scale(embed_scale), attn_scale(attn_scale), eps(eps), n_heads(n_heads), pre_norm(pre_norm),
-        gelu(gelu) {
+        act(activation_named(activation)) {
     TORCH_CHECK(this->linears.size() % LINEARS == 0 && this->norms.size() == this->linears.size() / LINEARS * NORMS,
                 "expected 6 linear maps and 6 norm tensors per layer, got ", this->linears.size(), " and ",
                 this->norms.size());
@@ -188,7 +205,7 @@ struct Decoder {
       });
       x = residual(x, nrm[4], nrm[5], [&](const Tensor& h) {
         Tensor hidden = lin[4](h);  // (N, 1, d_ff)
-        return lin[5](gelu ? at::gelu(hidden) : at::relu(hidden));
+        return lin[5](activate(hidden, act));
       });
     }
     if (final_w.has_value()) x = layer_norm(x, *final_w, *final_b, eps);
@@ -209,15 +226,16 @@ struct Encoder {
   c10::optional<Tensor> final_w, final_b;
   double embed_scale, attn_scale, eps;
   int64_t n_heads, pad_id;
-  bool pre_norm, gelu;  // gelu: the feed-forward's activation is GELU, else ReLU
+  bool pre_norm;
+  int8::Activation act;  // the feed-forward's activation
 
   Encoder(std::vector<Linear> linears, std::vector<Tensor> norms, std::vector<Linear> kv, Tensor token_weight,
           double embed_scale, c10::optional<Tensor> final_w, c10::optional<Tensor> final_b, int64_t n_heads,
-          double attn_scale, bool pre_norm, double eps, int64_t pad_id, bool gelu)
+          double attn_scale, bool pre_norm, double eps, int64_t pad_id, const std::string& activation)
       : linears(std::move(linears)), kv(std::move(kv)), norms(std::move(norms)),
         token_weight(std::move(token_weight).to(at::kFloat).contiguous()), final_w(std::move(final_w)),
         final_b(std::move(final_b)), embed_scale(embed_scale), attn_scale(attn_scale), eps(eps), n_heads(n_heads),
-        pad_id(pad_id), pre_norm(pre_norm), gelu(gelu) {
+        pad_id(pad_id), pre_norm(pre_norm), act(activation_named(activation)) {
     TORCH_CHECK(this->linears.size() % 4 == 0 && this->norms.size() == this->linears.size(),
                 "expected 4 linear maps and 4 norm tensors per encoder layer");
     for (const Linear& l : this->linears) TORCH_CHECK(l.q, "the C++ encoder runs int8 maps only");
@@ -264,7 +282,7 @@ struct Encoder {
         });
         int8::gemm(ap, M, *lin[1].q, yp);
       });
-      residual(nrm + 2, [&](const float* in) { int8::feed_forward(in, M, *lin[2].q, *lin[3].q, fp, yp, gelu); });
+      residual(nrm + 2, [&](const float* in) { int8::feed_forward(in, M, *lin[2].q, *lin[3].q, fp, yp, act); });
     }
     if (final_w.has_value())
       int8::add_layer_norm(xp, nullptr, final_w->data_ptr<float>(), final_b->data_ptr<float>(), M, d, e);
@@ -340,7 +358,7 @@ std::vector<Tensor> Decoder::step_int8(const Tensor& tokens, const Tensor& posit
                             scale, ap);
       int8::gemm(ap, N, *lin[3].q, yp);
     });
-    residual(nrm + 4, [&](const float* in) { int8::feed_forward(in, N, *lin[4].q, *lin[5].q, fp, yp, gelu); });
+    residual(nrm + 4, [&](const float* in) { int8::feed_forward(in, N, *lin[4].q, *lin[5].q, fp, yp, act); });
   }
   if (final_w.has_value())
     int8::add_layer_norm(xp, nullptr, final_w->data_ptr<float>(), final_b->data_ptr<float>(), N, d, e);
@@ -438,19 +456,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("__call__", &Linear::operator(), "y = x Wᵀ + b over the last dimension");
   pybind11::class_<Encoder>(m, "Encoder")
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, std::vector<Linear>, Tensor, double,
-                          c10::optional<Tensor>, c10::optional<Tensor>, int64_t, double, bool, double, int64_t, bool>(),
+                          c10::optional<Tensor>, c10::optional<Tensor>, int64_t, double, bool, double, int64_t,
+                          const std::string&>(),
            // by name: decode/spec.py's TransformerSpec, flattened by decode/native.py
            pybind11::kw_only(), pybind11::arg("linears"), pybind11::arg("norms"), pybind11::arg("kv"),
            pybind11::arg("token_weight"), pybind11::arg("embed_scale"), pybind11::arg("final_w"),
            pybind11::arg("final_b"), pybind11::arg("n_heads"), pybind11::arg("attn_scale"),
-           pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("pad_id"), pybind11::arg("gelu"))
+           pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("pad_id"), pybind11::arg("activation"))
       .def("encode", &Encoder::encode, "the int8 encoder and the encoder-decoder keys/values");
   pybind11::class_<Decoder>(m, "Decoder")
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, Linear, Tensor, double, c10::optional<Tensor>,
-                          c10::optional<Tensor>, int64_t, double, bool, double, bool>(),
+                          c10::optional<Tensor>, int64_t, double, bool, double, const std::string&>(),
            pybind11::kw_only(), pybind11::arg("linears"), pybind11::arg("norms"), pybind11::arg("generator"),
            pybind11::arg("token_weight"), pybind11::arg("embed_scale"), pybind11::arg("final_w"),
            pybind11::arg("final_b"), pybind11::arg("n_heads"), pybind11::arg("attn_scale"),
-           pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("gelu"))
+           pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("activation"))
       .def("step", &Decoder::step, "one incremental Transformer decoder step");
 }

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 FLOATS = (torch.float32, torch.bfloat16)
+ACTIVATIONS = ("relu", "gelu", "swish")  # the feed-forward activations native_step.cpp knows, by name
 
 
 @dataclass(frozen=True)
@@ -76,13 +77,13 @@ class TransformerSpec:
     tgt_scale: float
     encoder_norm: NormSpec | None  # pre-norm's final layer norms; None in post-norm
     decoder_norm: NormSpec | None
-    generator: LinearSpec  # pre-softmax projection (V_tgt, d_model)
+    generator: LinearSpec  # pre-softmax projection (V_tgt, d_model), its bias (V_tgt,) with output_bias
     n_heads: int
     attn_scale: float  # 1/√d_k (scaled dot product) or 1 (dot product)
     pre_norm: bool
     eps: float
     pad_id: int
-    gelu: bool  # the feed-forward's activation: GELU, else ReLU
+    activation: str  # the feed-forward's activation, one of ACTIVATIONS
 
 
 class UnsupportedModel(ValueError):
@@ -181,7 +182,7 @@ def spec_of(model: nn.Module) -> TransformerSpec:
         pre_norm=cfg.norm == "pre",
         eps=cfg.layer_norm_eps,
         pad_id=cfg.pad_id,
-        gelu=cfg.activation == "gelu",
+        activation=cfg.activation,
     )
 
 
@@ -249,6 +250,8 @@ def check(spec: TransformerSpec) -> list[str]:
             problems.append(f"{name}: given for a post-norm model, which has no final norm")
     if spec.n_heads < 1 or d % spec.n_heads:
         problems.append(f"n_heads: {spec.n_heads} does not divide d_model {d}")
+    if spec.activation not in ACTIVATIONS:
+        problems.append(f"activation: {spec.activation!r}, expected one of {', '.join(ACTIVATIONS)}")
     for name in ("src_scale", "tgt_scale", "attn_scale", "eps"):
         if not getattr(spec, name) > 0:
             problems.append(f"{name}: {getattr(spec, name)}, expected > 0")

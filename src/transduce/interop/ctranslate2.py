@@ -4,7 +4,9 @@ CTranslate2's ``TransformerSpec`` describes exactly the paper's model when built
 ``pre_norm=False`` (post-norm, §3.1) and ReLU (§3.3): fused Q/K/V projections like ours, a
 fused K/V projection for encoder–decoder attention, embeddings × √d_model (§3.4), and an
 explicit position table — we hand it our interleaved sinusoids (§3.5), so no dimension
-permutation is needed here (unlike the MarianMT export).
+permutation is needed here (unlike the MarianMT export). GELU and Swish feed-forwards take its
+``Activation.GELU`` / ``SWISH``; the output projection's bias (zeros without ``output_bias``) is its
+``projection.bias``.
 
 The vocabulary is the list of SentencePiece pieces in id order; CTranslate2 appends
 ``</s>`` to the source (our source is tokens + eos) and starts the decoder from ``<s>``
@@ -21,6 +23,7 @@ from ..data.vocab import Vocab, Vocabs
 from ..model import Transformer
 from .marian import SPECIALS, check_exportable
 
+CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}  # model.activation -> ct2's Activation
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
@@ -46,7 +49,7 @@ def build_spec(model: Transformer, vocabs: Vocabs):
         (cfg.encoder_layers, cfg.decoder_layers),
         cfg.n_heads,
         pre_norm=False,
-        activation=common_spec.Activation.GELU if cfg.activation == "gelu" else common_spec.Activation.RELU,
+        activation=getattr(common_spec.Activation, CT2_ACTIVATIONS[cfg.activation]),
     )
     table = model.src_embed.positions.table.float().cpu().numpy()  # (max_positions, d_model), interleaved
 
@@ -75,7 +78,7 @@ def build_spec(model: Transformer, vocabs: Vocabs):
     spec.decoder.position_encodings.encodings = table
     spec.decoder.scale_embeddings = True
     spec.decoder.projection.weight = w["generator.weight"]
-    spec.decoder.projection.bias = np.zeros(cfg.target_vocab_size, dtype=np.float32)
+    spec.decoder.projection.bias = w.get("generator.bias", np.zeros(cfg.target_vocab_size, dtype=np.float32))
     for i, layer in enumerate(spec.decoder.layer):
         p = f"decoder.layers.{i}"
         linear(layer.self_attention.linear[0], f"{p}.self_attn.qkv_proj")

@@ -2,7 +2,9 @@
 
 A MarianMT model (``transformers.MarianMTModel``, the architecture of the OPUS-MT models)
 is the paper's base design: post-norm residuals (§3.1), sinusoidal positions (§3.5),
-embeddings × √d_model and tied embeddings (§3.4), ReLU feed-forward (§3.3). Three things differ:
+embeddings × √d_model and tied embeddings (§3.4), ReLU feed-forward (§3.3); OPUS-MT models often add a
+bias to the logits (``final_logits_bias``, transduce's ``output_bias``) and some use Swish feed-forwards
+(``activation_function: swish``, transduce's ``activation = "swish"``). Three things differ:
 
 * **Position layout.** HF's sinusoid table puts every sine in the first half of the
   dimensions and every cosine in the second half; ours interleaves them (§3.5:
@@ -46,6 +48,8 @@ from ..safefiles import read_json, read_safetensors
 WEIGHTS = "model.safetensors"
 FIX = "download or export the MarianMT directory again"
 SPECIALS = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
+# HF's activation_function -> ModelConfig.activation (HF's "swish" and "silu" are both x·σ(x))
+HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 
 
 def offline() -> None:
@@ -153,7 +157,8 @@ def to_marian_state(model: Transformer) -> dict[str, torch.Tensor]:
         hf["model.decoder.embed_tokens.weight"] = tgt
     if cfg.tie_embeddings == "none":
         hf["lm_head.weight"] = _permute(ours["generator.weight"], "in", perm)
-    hf["final_logits_bias"] = torch.zeros(1, cfg.target_vocab_size)
+    bias = ours.get("generator.bias")  # over the vocabulary: no model dimension to permute
+    hf["final_logits_bias"] = (bias if bias is not None else torch.zeros(cfg.target_vocab_size)).reshape(1, -1)
     return hf
 
 
@@ -189,10 +194,21 @@ def from_marian_state(
     ours["generator.weight"] = ours["tgt_embed.token.weight"]
     if cfg.tie_embeddings == "none":
         ours["generator.weight"] = _permute(get("lm_head.weight").index_select(0, rows_tgt), "in", inv)
-    bias = hf.get("final_logits_bias")
-    if bias is not None and bias.abs().max() > 0:
-        raise ConfigError(f"{where}: final_logits_bias is not zero; transduce's output layer has no bias")
+    if cfg.output_bias:
+        bias = get("final_logits_bias")
+        if bias.numel() != tgt.size(0):
+            raise ConfigError(
+                f"{where}: final_logits_bias has shape {tuple(bias.shape)}, the target embedding {tgt.size(0)} rows"
+            )
+        ours["generator.bias"] = bias.reshape(-1).index_select(0, rows_tgt)
     return ours
+
+
+def has_output_bias(hf: dict[str, torch.Tensor]) -> bool:
+    """Whether a MarianMT state dict's ``final_logits_bias`` is there and not all zeros (a zero one, as HF
+    writes for models without a bias, imports as the paper's bias-free projection)."""
+    bias = hf.get("final_logits_bias")
+    return bias is not None and bool(bias.abs().max() > 0)
 
 
 def marian_config(cfg: ModelConfig) -> dict[str, Any]:
@@ -210,7 +226,7 @@ def marian_config(cfg: ModelConfig) -> dict[str, Any]:
         "encoder_attention_heads": cfg.n_heads,
         "decoder_attention_heads": cfg.n_heads,
         "d_model": cfg.d_model,
-        "activation_function": cfg.activation,  # HF's "gelu" is the exact erf form, as ours
+        "activation_function": cfg.activation,  # HF's "gelu" is the exact erf form, "swish" SiLU, as ours
         "dropout": cfg.dropout,
         "attention_dropout": cfg.attention_dropout,
         "activation_dropout": cfg.activation_dropout,
@@ -312,9 +328,12 @@ def config_from_marian(hf: dict[str, Any], where: str) -> tuple[dict[str, Any], 
         raise ConfigError(
             f"{where}: key 'scale_embedding' is {hf.get('scale_embedding')!r}; transduce imports only True"
         )
-    activation = hf.get("activation_function", "relu")
-    if activation not in ("relu", "gelu"):
-        raise ConfigError(f"{where}: key 'activation_function' is {activation!r}; transduce imports 'relu' or 'gelu'")
+    activation = HF_ACTIVATIONS.get(hf.get("activation_function", "relu"))
+    if activation is None:
+        raise ConfigError(
+            f"{where}: key 'activation_function' is {hf.get('activation_function')!r}; transduce imports "
+            f"{', '.join(map(repr, HF_ACTIVATIONS))}"
+        )
     for key in ("normalize_before", "normalize_embedding", "add_final_layer_norm"):
         if hf.get(key):
             raise ConfigError(f"{where}: key {key!r} is true; transduce imports post-norm Marian models only")
@@ -515,13 +534,14 @@ def convert_release(release: MarianRelease) -> tuple[Transformer, Vocabs, dict[s
     vocabs = Vocabs(src, src) if same else Vocabs(src, Vocab(tgt_proto))
     # Marian's shared matrix with two SentencePiece models becomes two equal tables tied on the target side.
     tie_cfg = "all" if tie == "all" and same else ("none" if tie == "none" else "target")
+    tensors, weights = release.tensors, where["weights"]
     cfg = ModelConfig(
         **fields,
         vocab_size=len(src_order),
         tie_embeddings=tie_cfg,
         tgt_vocab_size=None if tie_cfg == "all" else len(tgt_order),
+        output_bias=has_output_bias(tensors),
     )
-    tensors, weights = release.tensors, where["weights"]
     embedding = tensors.get("model.shared.weight", tensors.get("model.encoder.embed_tokens.weight"))
     if embedding is not None and embedding.size(0) != hf_cfg["vocab_size"]:
         raise ConfigError(

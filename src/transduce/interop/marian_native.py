@@ -74,7 +74,7 @@ REQUIRED = {
     "transformer-decoder-autoreg": ("self-attention",),
     "transformer-tied-layers": ([],),
 }
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu"}
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish"}  # Marian's name -> MarianMT's
 MAX_POSITIONS = 512  # Marian's sinusoids have no limit; MarianMT's OPUS-MT conversions use 512
 
 

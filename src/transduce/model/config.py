@@ -40,10 +40,13 @@ class ModelConfig:
     alternatives the paper discusses:
 
     * ``norm``: ``"post"`` (the paper) or ``"pre"``.
-    * ``activation``: the feed-forward's ``"relu"`` (§3.3) or ``"gelu"``.
+    * ``activation``: the feed-forward's ``"relu"`` (§3.3), ``"gelu"`` or ``"swish"`` (x·σ(x), also called SiLU).
     * ``positions``: ``"sinusoidal"`` (§3.5) or ``"learned"`` (Table 3 row E).
     * ``tie_embeddings``: ``"all"`` (source, target and pre-softmax share one matrix, §3.4),
       ``"target"`` (target embedding and pre-softmax only) or ``"none"``.
+    * ``output_bias``: a bias on the pre-softmax projection (the logits' ``b`` of Marian and OPUS-MT models,
+      HF's ``final_logits_bias``). Off by default: the paper's projection shares the embedding matrix and
+      has no bias (§3.4).
     * ``attention``: ``"scaled_dot"`` (§3.2.1), ``"dot"`` (no 1/√d_k) or ``"additive"``.
     * ``attention_window``: restricted self-attention over a neighbourhood of r
       positions (Table 1): centred on i in the encoder, the r most recent in the decoder.
@@ -63,12 +66,13 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    activation: Literal["relu", "gelu"] = "relu"
+    activation: Literal["relu", "gelu", "swish"] = "relu"
     label_smoothing: float = 0.1
     norm: Literal["post", "pre"] = "post"
     positions: Literal["sinusoidal", "learned"] = "sinusoidal"
     max_positions: int = 1024
     tie_embeddings: Literal["all", "target", "none"] = "all"
+    output_bias: bool = False
     scale_embeddings: bool = True
     attention: Literal["scaled_dot", "dot", "additive"] = "scaled_dot"
     attention_window: int | None = None

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "swish": nn.SiLU}
 
 
 class FeedForward(nn.Module):
     """Two linear maps with an activation between, applied to each position alike.
 
-    ``activation``: ``"relu"`` (§3.3) or ``"gelu"`` (Hendrycks & Gimpel, 2016; the exact erf form,
-    as BERT and fairseq's ``--activation-fn gelu``). ``activation_dropout`` (off in the paper presets)
-    drops the hidden units.
+    ``activation``: ``"relu"`` (§3.3), ``"gelu"`` (Hendrycks & Gimpel, 2016; the exact erf form,
+    as BERT and fairseq's ``--activation-fn gelu``) or ``"swish"`` (x·σ(x), Ramachandran et al., 2017;
+    PyTorch's SiLU, Marian's ``--transformer-ffn-activation swish``). ``activation_dropout`` (off in the
+    paper presets) drops the hidden units.
     """
 
     def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0, activation: str = "relu"):

@@ -71,6 +71,9 @@ class Decoder(nn.Module):
 class Transformer(nn.Module):
     """The paper's model (Figure 1): embeddings, encoder, decoder, tied pre-softmax projection.
 
+    The projection (``generator``) has no bias, as in the paper (§3.4), unless ``config.output_bias``
+    (Marian / OPUS-MT models have one): then logits = h Wᵀ + b.
+
     ``model(src, tgt)`` takes right-padded LongTensors ``src`` (B, S) and ``tgt`` (B, T),
     where ``tgt`` is the decoder input — the target shifted right, starting with ``bos_id``
     (§3.1) — and returns logits (B, T, V): position t scores the token after ``tgt[:, t]``.
@@ -91,7 +94,7 @@ class Transformer(nn.Module):
         )
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
-        self.generator = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=False)
+        self.generator = nn.Linear(cfg.d_model, cfg.target_vocab_size, bias=cfg.output_bias)
         self._init_weights()
         if cfg.tie_embeddings in ("all", "target"):
             self.generator.weight = self.tgt_embed.token.weight  # one tensor (§3.4)

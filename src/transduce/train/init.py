@@ -75,10 +75,13 @@ def start_from(model: torch.nn.Module, init_from: str | Path, freeze: list[str])
 
 
 def frozen_parameters(model: torch.nn.Module, part: str) -> list[torch.nn.Parameter]:
-    """The parameters of ``part``: the token embeddings (and the output layer tied to them), or one stack."""
+    """The parameters of ``part``: the token embeddings (and the output layer tied to them, its bias too), or
+    one stack."""
     if part == "embeddings":
         params = [model.src_embed.token.weight, model.tgt_embed.token.weight]
-        return params + ([model.generator.weight] if model.config.tie_embeddings != "none" else [])
+        if model.config.tie_embeddings == "none":
+            return params
+        return params + [p for p in (model.generator.weight, model.generator.bias) if p is not None]
     if part in ("encoder", "decoder"):
         return list(getattr(model, part).parameters())
     raise ConfigError(f"key 'freeze': unknown part {part!r}; choose from {', '.join(FREEZABLE)}")

@@ -117,10 +117,20 @@ class TrainingLoss(nn.Module):
             h = self.model.hidden(src, tgt[:, :-1])  # (copies·B, T-1, d_model)
         states = h.unflatten(0, (copies, -1))[:, keep].flatten(0, 1)  # (copies·N, d_model), copy by copy
         rows = 64 if self.device.type == "cpu" else 8192  # CPU: blocks that stay in cache; GPU: few launches
-        loss, nll = self.objective(
-            states, self.model.generator.weight, labels[keep], AUTOCAST.get(self.dtype, torch.float32), rows
-        )
+        states, weight = with_bias(states, self.model.generator)
+        loss, nll = self.objective(states, weight, labels[keep], AUTOCAST.get(self.dtype, torch.float32), rows)
         return loss, nll.detach(), copies * int(keep.sum())
+
+
+def with_bias(states: torch.Tensor, generator: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+    """The objectives take a bias-free projection (V, d); a model with ``output_bias`` gives them its bias as
+    one more input feature that is always 1: h Wᵀ + b = [h, 1] [W, b]ᵀ, so states (N, d + 1) and weight
+    (V, d + 1), and autograd carries the gradient back to W and b through the concatenations."""
+    if generator.bias is None:
+        return states, generator.weight
+    ones = states.new_ones(states.size(0), 1)  # (N, 1)
+    weight = torch.cat([generator.weight, generator.bias.unsqueeze(1).to(generator.weight.dtype)], 1)  # (V, d + 1)
+    return torch.cat([states, ones], 1), weight  # (N, d + 1)
 
 
 class Stepper:
