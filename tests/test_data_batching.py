@@ -6,7 +6,7 @@ import torch
 from conftest import read_corpus
 
 from transduce.data import PreparedData
-from transduce.data.batching import TokenBatches
+from transduce.data.batching import TokenBatches, _greedy_bounds
 from transduce.data.build import BuildSettings, build
 from transduce.data.corpora import Corpus, SplitText
 
@@ -73,3 +73,19 @@ def test_padding_small_and_errors(train):
         TokenBatches(train, 20)
     with pytest.raises(ValueError, match="rank 2 is not in 0..1"):
         TokenBatches(train, 4096, rank=2, world_size=2)
+
+
+def test_plan_is_the_documented_algorithm_over_small_dtypes(train):
+    """Permute, stable-sort by (max(S, T), T, S), fill greedily, shuffle the batches (step 1-4), computed here
+    in int64 as written: the compact arrays change nothing, so a checkpoint resumes into the same epoch."""
+    assert train.src.lengths.dtype == train.tgt.lengths.dtype == np.int16
+    plan = TokenBatches(train, 800, seed=4).indices(1)
+    assert {p.dtype for p in plan} == {np.dtype(np.int32)}
+    rng = np.random.default_rng([4, 1])
+    order = rng.permutation(len(train))
+    s, t = train.src.lengths.astype(np.int64) + 1, train.tgt.lengths.astype(np.int64) + 2
+    w = np.maximum(s, t)
+    order = order[np.lexsort((s[order], t[order], w[order]))]
+    expected = [order[a:b] for a, b in _greedy_bounds(w[order], 800)]
+    expected = [expected[i] for i in rng.permutation(len(expected))]
+    assert [p.tolist() for p in plan] == [e.tolist() for e in expected]

@@ -17,6 +17,9 @@ One epoch, the same on every rank (all randomness comes from ``(seed, epoch)``):
 4. shuffle the batch order; rank r takes batches r, r+R, r+2R, ...
 
 To resume inside an epoch, keep ``(epoch, batch_index)`` and call ``epoch(e, start=batch_index)``.
+
+Memory: besides the split's lengths (int16), an epoch's plan holds one int32 index per sentence; building
+it needs about 20 bytes per sentence for a moment (the shuffled order, its sort keys and the sort).
 """
 
 from __future__ import annotations
@@ -64,15 +67,14 @@ class TokenBatches:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1} (world_size {world_size})")
         self.split, self.max_tokens, self.seed, self.shuffle = split, max_tokens, seed, shuffle
         self.rank, self.world_size = rank, world_size
-        self.src_len = (split.src.lengths + 1).astype(np.int32)  # (N,) ids + eos
-        self.tgt_len = (split.tgt.lengths + 2).astype(np.int32)  # (N,) bos + ids + eos
-        self.width = np.maximum(self.src_len, self.tgt_len)  # (N,)
-        if len(split) and self.width.max() > max_tokens:
-            i = int(self.width.argmax())
+        width = self._width()  # (N,)
+        if len(split) and width.max() > max_tokens:
+            i = int(width.argmax())
             raise ValueError(
-                f"split {split.name!r}, sentence {i}: needs {int(self.width[i])} tokens, more than "
+                f"split {split.name!r}, sentence {i}: needs {int(width[i])} tokens, more than "
                 f"max_tokens={max_tokens}; raise max_tokens or prepare with --max-tokens-per-sentence"
             )
+        del width
         if len(split) < world_size:
             raise ValueError(f"split {split.name!r} has {len(split)} sentences, fewer than {world_size} ranks")
         self._count = len(self._plan(0)) // world_size
@@ -80,13 +82,22 @@ class TokenBatches:
     def __len__(self) -> int:
         return self._count
 
+    def _width(self, order: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """max(S, T) of the sentences ``order`` (S = ids + eos, T = bos + ids + eos): what a sentence costs."""
+        return np.maximum(self.split.src.lengths[order] + 1, self.split.tgt.lengths[order] + 2)
+
     def _plan(self, epoch: int) -> list[np.ndarray]:
-        """Every rank's batches of ``epoch`` as sentence-index arrays, in epoch order (steps 1-4)."""
+        """Every rank's batches of ``epoch`` as int32 sentence-index arrays, in epoch order (steps 1-4)."""
         rng = np.random.default_rng([self.seed, epoch])
-        order = rng.permutation(len(self.split)) if self.shuffle else np.arange(len(self.split))
+        n = len(self.split)
+        order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)  # (N,): rng.permutation(N)'s draws
+        if self.shuffle:
+            rng.shuffle(order)
         # sort by max(S, T), then T, then S; np.lexsort is stable, so exact ties keep the shuffled order
-        order = order[np.lexsort((self.src_len[order], self.tgt_len[order], self.width[order]))]
-        batches = [order[a:b] for a, b in _greedy_bounds(self.width[order], self.max_tokens)]
+        src, tgt = self.split.src.lengths[order], self.split.tgt.lengths[order]  # (N,) each
+        order = order[np.lexsort((src, tgt, np.maximum(src + 1, tgt + 2)))]
+        del src, tgt
+        batches = [order[a:b] for a, b in _greedy_bounds(self._width(order), self.max_tokens)]
         while len(batches) % self.world_size:
             big = max(range(len(batches)), key=lambda b: len(batches[b]))
             if len(batches[big]) < 2:
@@ -117,16 +128,17 @@ class TokenBatches:
             torch.from_numpy(src),
             torch.from_numpy(tgt),
             torch.from_numpy(idx.astype(np.int64)),
-            int(self.src_len[idx].sum()),
-            int(self.tgt_len[idx].sum() - len(idx)),
+            int(self.split.src.lengths[idx].sum()) + len(idx),  # ids + eos
+            int(self.split.tgt.lengths[idx].sum()) + len(idx),  # labels: ids + eos
         )
 
     def padding_fraction(self, epoch: int = 0) -> float:
         """Share of padding in all ranks' ``src`` and ``tgt`` tensors of ``epoch`` (0 = none)."""
         real = slots = 0
+        src, tgt = self.split.src.lengths, self.split.tgt.lengths
         for idx in self._plan(epoch):
-            real += int(self.src_len[idx].sum() + self.tgt_len[idx].sum())
-            slots += len(idx) * int(self.src_len[idx].max() + self.tgt_len[idx].max())
+            real += int(src[idx].sum()) + int(tgt[idx].sum()) + 3 * len(idx)  # + eos, bos + eos
+            slots += len(idx) * (int(src[idx].max()) + int(tgt[idx].max()) + 3)
         return 1 - real / slots if slots else 0.0
 
 

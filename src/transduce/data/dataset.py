@@ -6,7 +6,9 @@
     DIR/cache/SPLIT.SIDE.idx.npy   offsets, int64 (N+1,): sentence i is ids[off[i]:off[i+1]]
     DIR/SPLIT.LANG                 the NFC text, one sentence a line (BLEU references)
 
-Opening reads the manifest, the vocabulary and the offsets; ids stay on disk until touched.
+Opening reads the manifest and the vocabulary, and computes each split's sentence lengths; ids and offsets
+stay on disk (memory-mapped) until a batch touches them, so a process holds 2 bytes per sentence and side
+(the lengths), not the corpus.
 """
 
 from __future__ import annotations
@@ -24,17 +26,33 @@ MANIFEST = "manifest.json"
 FORMAT = 1
 
 
+CHUNK = 1 << 20  # sentences per step when computing lengths from offsets
+SHORT = 30_000  # lengths up to this are held as int16 (room left for +bos +eos), longer ones as int32
+
+
+def lengths_of(offsets: np.ndarray) -> np.ndarray:
+    """(N,) sentence lengths from (N+1,) offsets, int16 where every length is at most ``SHORT`` (else
+    int32), computed a chunk at a time so that no int64 copy of the whole array is made."""
+    n = len(offsets) - 1
+    out = np.empty(n, dtype=np.int32)  # (N,)
+    for a in range(0, n, CHUNK):
+        b = min(n, a + CHUNK)
+        out[a:b] = np.diff(offsets[a : b + 1])
+    return out.astype(np.int16) if n and int(out.max()) <= SHORT else out
+
+
 class TokenArray:
-    """Sentences of token ids (no bos/eos): ``arr[i]`` is an int32 array, ``arr.lengths`` (N,) int64."""
+    """Sentences of token ids (no bos/eos): ``arr[i]`` is an int32 array, ``arr.lengths`` (N,) int16
+    (int32 if a sentence is longer than ``SHORT`` tokens)."""
 
     def __init__(self, ids: np.ndarray, offsets: np.ndarray):
         self.ids, self.offsets = ids, offsets  # (sum of lengths,) int32, (N+1,) int64
-        self.lengths = np.diff(self.offsets)  # (N,)
+        self.lengths = lengths_of(self.offsets)  # (N,)
 
     @classmethod
     def open(cls, ids_path: Path, offsets_path: Path) -> TokenArray:
-        """The arrays written by :meth:`write`, ids memory-mapped."""
-        offsets = np.load(offsets_path, allow_pickle=False)  # (N+1,) int64
+        """The arrays written by :meth:`write`, ids and offsets memory-mapped."""
+        offsets = np.load(offsets_path, mmap_mode="r", allow_pickle=False)  # (N+1,) int64
         size = ids_path.stat().st_size
         if size != 4 * int(offsets[-1]):
             raise ValueError(

@@ -71,6 +71,28 @@ def all_sum(values: torch.Tensor, ctx: Dist) -> torch.Tensor:
     return values
 
 
+def broadcast_from_main(values: torch.Tensor, ctx: Dist) -> torch.Tensor:
+    """Rank 0's ``values`` on every rank (in place; identity with one rank)."""
+    if ctx.enabled:
+        dist.broadcast(values, src=0)
+    return values
+
+
+def all_gather_bytes(blob: bytes, ctx: Dist, device: torch.device) -> list[bytes]:
+    """Every rank's ``blob`` (non-empty; lengths may differ), indexed by rank, on every rank."""
+    if not ctx.enabled:
+        return [blob]
+    length = torch.tensor([len(blob)], dtype=torch.int64, device=device)
+    lengths = [torch.empty_like(length) for _ in range(ctx.world_size)]
+    dist.all_gather(lengths, length)
+    sizes = [int(n) for n in lengths]
+    padded = torch.zeros(max(sizes), dtype=torch.uint8, device=device)  # (longest,)
+    padded[: len(blob)] = torch.frombuffer(bytearray(blob), dtype=torch.uint8).to(device)
+    gathered = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(gathered, padded)
+    return [bytes(g[:n].cpu().numpy()) for g, n in zip(gathered, sizes)]
+
+
 def teardown(ctx: Dist, together: bool = True) -> None:
     """Leave the process group. ``together``: first wait for every rank (a run that ended normally), so no
     rank exits while another still works: a gloo rank that did (rank 0 writing the model directory) was

@@ -11,9 +11,9 @@
     RUN_DIR/model/             the final model directory (best weights if validated, else the last)
     RUN_DIR/ema-model/         with train.ema_decay: the moving average of the weights at the last update
 
-The data position (epoch, batch index), every RNG state and the optimizer are in each checkpoint, so a
-run killed at any moment resumes from its last checkpoint and, on CPU with the same thread count, ends
-with bit-identical weights.
+The data position (epoch, batch index), every rank's RNG states and the optimizer are in each checkpoint,
+so a run killed at any moment resumes from its last checkpoint and, on CPU with the same thread count,
+ends with bit-identical weights, dropout included.
 """
 
 from __future__ import annotations
@@ -138,14 +138,15 @@ class Trainer:
         self.resume_requested = resume
         if resume:
             self._resume()
-        self.stop_reason: str | None = None
+        self.stop_reason: str | None = None  # set alike on every rank (_agree_on_stop)
+        self.signalled: str | None = None  # a signal seen by this rank, acted on at the next agreement
 
     # ------------------------------------------------------------------ state
     def _resume(self) -> None:
-        found = ckpt.list_checkpoints(self.ckpt_dir)
-        if not found:
+        newest = ckpt.resume_point(self.ckpt_dir, self.ctx, self.device)  # one for all ranks
+        if newest is None:
             return
-        state = ckpt.read_state(found[-1])
+        state = ckpt.read_state(newest)
         changed = {
             k: (v, state["model_config"].get(k))
             for k, v in self.model_cfg.to_dict().items()
@@ -153,20 +154,20 @@ class Trainer:
         }
         if changed:
             raise ConfigError(
-                f"{found[-1]}: the [model] config differs from the checkpoint's: "
+                f"{newest}: the [model] config differs from the checkpoint's: "
                 + ", ".join(f"{k} = {new!r} (checkpoint: {old!r})" for k, (new, old) in changed.items())
             )
-        if self.ema is not None and not (found[-1] / "ema.safetensors").is_file():
+        if self.ema is not None and not (newest / "ema.safetensors").is_file():
             raise ConfigError(
-                f"{found[-1]}: written without train.ema_decay, so it holds no moving average to "
+                f"{newest}: written without train.ema_decay, so it holds no moving average to "
                 "resume; resume with ema_decay = 0, or start a new run"
             )
-        state = ckpt.load_checkpoint(found[-1], self.model, self.optimizer, extra=self._extra_weights())
+        state = ckpt.load_checkpoint(newest, self.model, self.optimizer, extra=self._extra_weights())
         if self.ema is not None:
             self.ema.restore(state.get("ema_updates", 0))
         if state["world_size"] != self.ctx.world_size:
             raise ValueError(
-                f"{found[-1]}: written by {state['world_size']} processes, resumed with "
+                f"{newest}: written by {state['world_size']} processes, resumed with "
                 f"{self.ctx.world_size}; the data shards would differ"
             )
         self.step, self.epoch, self.index = state["step"], state["epoch"], state["batch_index"]
@@ -175,9 +176,10 @@ class Trainer:
         self.bad_validations = state["bad_validations"]
         if self.stepper.scaler is not None and state.get("scaler"):
             self.stepper.scaler.load_state_dict(state["scaler"])
-        if self.ctx.rank > 0:  # each rank has its own dropout stream; rank 0's was saved
+        # each rank has its own dropout stream; a checkpoint without rank r's re-seeds it at the step
+        if self.ctx.rank > 0 and not ckpt.restore_rank_rng(newest, self.ctx.rank):
             torch.manual_seed(self.cfg.seed + 1 + self.ctx.rank + 1000 * self.step)
-        self.resumed_from = found[-1]
+        self.resumed_from = newest
 
     def _state(self) -> dict[str, Any]:
         return {
@@ -201,10 +203,15 @@ class Trainer:
         return {"ema": self.ema.model} if self.ema is not None else {}
 
     def save(self, name: str | None = None) -> Path | None:
+        """A step checkpoint (every rank calls this together: it gathers their RNG states), or ``name``
+        (rank 0 alone, e.g. ``best``: weights to keep, not to resume from)."""
+        ranks_rng = ckpt.gather_rng(self.ctx, self.device) if name is None and self.ctx.enabled else None
         if not self.ctx.is_main:
             return None
         path = self.ckpt_dir / name if name else ckpt.step_dir(self.ckpt_dir, self.step)
-        ckpt.save_checkpoint(path, self.model, self.optimizer, self._state(), extra=self._extra_weights())
+        ckpt.save_checkpoint(
+            path, self.model, self.optimizer, self._state(), extra=self._extra_weights(), ranks_rng=ranks_rng
+        )
         if name is None:
             ckpt.prune(self.ckpt_dir, self.cfg.keep_last)
         return path
@@ -235,7 +242,7 @@ class Trainer:
         cfg = self.cfg
         log, bleu = self._open_log()
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        start, last_save = time.perf_counter() - self.elapsed, time.perf_counter()
+        start, last_save = time.perf_counter() - self.elapsed, self.elapsed
         saved_step, finished = self.step, False
         try:
             while self.step < cfg.max_steps and self.stop_reason is None:
@@ -262,7 +269,7 @@ class Trainer:
                     self._validate_last(log, bleu)
                 if last or self._checkpoint_due(last_save):
                     self.save()
-                    saved_step, last_save = self.step, time.perf_counter()
+                    saved_step, last_save = self.step, self.elapsed
             if self.step != saved_step:
                 self._validate_last(log, bleu)
                 self.save()
@@ -307,14 +314,15 @@ class Trainer:
         return log, bleu
 
     def _checkpoint_due(self, last_save: float) -> bool:
-        """Every ``save_every_steps`` updates, and every ``save_every_minutes`` (the paper: 10 minutes)."""
+        """Every ``save_every_steps`` updates, and every ``save_every_minutes`` (the paper: 10 minutes) of
+        the elapsed time the ranks share (:meth:`_agree_on_stop`), so that all ranks decide alike."""
         cfg = self.cfg
         return (cfg.save_every_steps is not None and self.step % cfg.save_every_steps == 0) or (
-            cfg.save_every_minutes is not None and time.perf_counter() - last_save >= 60 * cfg.save_every_minutes
+            cfg.save_every_minutes is not None and self.elapsed - last_save >= 60 * cfg.save_every_minutes
         )
 
     def _on_signal(self, signum, _frame) -> None:
-        self.stop_reason = f"{signal.Signals(signum).name} received"
+        self.signalled = f"{signal.Signals(signum).name} received"
 
     def progress(self) -> float:
         """The fraction of the budget used: the larger of steps / max_steps and elapsed / max_minutes."""
@@ -325,7 +333,9 @@ class Trainer:
 
     def _agree_on_stop(self) -> None:
         """With several ranks: stop together, and share one elapsed time (the mean), so that a time-based
-        learning rate is the same on every rank."""
+        learning rate is the same on every rank. A signal counts from here (read once: one arriving later
+        waits for the next update), so every rank leaves the loop, and checkpoints, at the same update."""
+        self.stop_reason = self.stop_reason or self.signalled
         if self.ctx.enabled:
             values = torch.tensor(
                 [1.0 if self.stop_reason else 0.0, self.elapsed], dtype=torch.float64, device=self.device
