@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import read_corpus
+from opus_models import opus_ids
 
 from transduce.cli import main
 from transduce.config import ConfigError
@@ -138,14 +139,7 @@ def opus_layout(hf_dir: Path, vocab: Vocab, out: Path) -> torch.Tensor:
     (out / "vocab.json").write_text(json.dumps(mapping))
     cfg = json.loads((out / "config.json").read_text())
     V = len(order)
-    cfg.update(
-        vocab_size=V,
-        decoder_vocab_size=V,
-        pad_token_id=V - 1,
-        eos_token_id=0,
-        forced_eos_token_id=0,
-        decoder_start_token_id=V - 1,
-    )
+    cfg.update(opus_ids(V))
     (out / "config.json").write_text(json.dumps(cfg))
     (out / "generation_config.json").unlink()
     from safetensors.torch import load_file, save_file

@@ -7,54 +7,26 @@ must give the same transduce model, and so the same logits and translations.
 """
 
 import json
-import random
 import shutil
 import zipfile
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
+from opus_models import sentences, write_marianmt
 
 from transduce.api import load
 from transduce.cli import main
 from transduce.config import ConfigError
 from transduce.data.vocab import Vocab
-from transduce.interop import marian
 from transduce.interop.import_marian import import_model
 from transduce.interop.marian_native import CONFIG_KEY, LAYER_NAMES
 from transduce.model import ModelConfig, Transformer
 from transduce.modeldir import load_model_dir
 from transduce.safefiles import BadFileError
 
-WORDS = [
-    "the",
-    "a",
-    "dog",
-    "cat",
-    "runs",
-    "sleeps",
-    "on",
-    "under",
-    "red",
-    "blue",
-    "house",
-    "tree",
-    "man",
-    "woman",
-    "child",
-    "sees",
-    "big",
-    "small",
-    "old",
-]
 LANGS = [">>deu<<", ">>fra<<"]
 D_MODEL, D_FF = 32, 48
-
-
-def sentences(n: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) for _ in range(n)]
 
 
 def write_release(root, activation: str = "relu", logit_bias: float = 0.0):
@@ -62,38 +34,9 @@ def write_release(root, activation: str = "relu", logit_bias: float = 0.0):
     ``root``: feed-forward ``activation``, and an output bias drawn with standard deviation ``logit_bias``
     (0: all zeros, as models without one)."""
     vocab = Vocab.train(sentences(300), 80)
-    torch.manual_seed(0)
-    cfg = ModelConfig.preset(
-        "tiny", vocab_size=len(vocab), d_model=D_MODEL, d_ff=D_FF, n_heads=4, max_positions=64, activation=activation
-    )
-    hf = marian.to_marian_state(Transformer(cfg))  # MarianMT names, our ids (pad 0, unk 1, bos 2, eos 3)
-    pieces = [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
-    order = ["</s>", "<unk>"] + LANGS + pieces[4:] + ["<pad>"]  # OPUS-MT's layout; <pad> last, zero row
-    V = len(order)
-    ours = {p: i for i, p in enumerate(pieces)}
-    table = torch.stack([hf["model.shared.weight"][ours[p]] if p in ours else torch.randn(D_MODEL) for p in order])
-    table[V - 1] = 0.0
-    hf["model.shared.weight"] = table
-    assert "model.encoder.embed_tokens.weight" not in hf  # tie_embeddings "all": one shared table
-    bias = torch.randn(1, V) * logit_bias
-    bias[0, V - 1] = 0.0  # the <pad> column that the native import appends
-    hf["final_logits_bias"] = bias
-
     hf_dir = root / "hf"
-    hf_dir.mkdir()
-    config = marian.marian_config(cfg)
-    config.update(
-        vocab_size=V,
-        decoder_vocab_size=V,
-        pad_token_id=V - 1,
-        eos_token_id=0,
-        forced_eos_token_id=0,
-        decoder_start_token_id=V - 1,
-        max_position_embeddings=512,
-    )
-    (hf_dir / "config.json").write_text(json.dumps(config))
-    (hf_dir / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(order)}))
-    save_file({k: v.contiguous() for k, v in hf.items()}, str(hf_dir / "model.safetensors"))
+    hf, order, cfg = write_marianmt(hf_dir, vocab, LANGS, D_MODEL, D_FF, activation=activation, logit_bias=logit_bias)
+    V, table = len(order), hf["model.shared.weight"]
 
     native = root / "native"
     native.mkdir()
@@ -108,7 +51,7 @@ def write_release(root, activation: str = "relu", logit_bias: float = 0.0):
                         t.T if t.ndim == 2 and "layer_norm" not in name else t.reshape(1, -1)
                     )  # Marian: x·W with W (in, out); vectors (1, n)
     arrays["Wemb"] = table[: V - 1].numpy()  # Marian has no <pad> row
-    arrays["decoder_ff_logit_out_b"] = bias[:, : V - 1].numpy()
+    arrays["decoder_ff_logit_out_b"] = hf["final_logits_bias"][:, : V - 1].numpy()
     model_yml = (
         f"type: transformer\ndim-emb: {D_MODEL}\nenc-depth: {cfg.encoder_layers}\ndec-depth: "
         f"{cfg.decoder_layers}\ntransformer-heads: 4\ntransformer-dim-ffn: {D_FF}\n"
@@ -124,9 +67,8 @@ def write_release(root, activation: str = "relu", logit_bias: float = 0.0):
         "models:\n  - /home/opus/work/opus.spm80-spm80.transformer.model1.npz.best-perplexity.npz\n"
         "vocabs:\n  - opus.spm80-spm80.vocab.yml\n  - opus.spm80-spm80.vocab.yml\nbeam-size: 6\n"
     )
-    for d in (hf_dir, native):
-        vocab.save(d / "source.spm")
-        vocab.save(d / "target.spm")
+    vocab.save(native / "source.spm")
+    vocab.save(native / "target.spm")
     return hf_dir, native, order
 
 

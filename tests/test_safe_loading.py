@@ -5,12 +5,12 @@ imports (MarianMT directories; native Marian ``.npz`` files are covered in test_
 """
 
 import pickle
-import random
 import shutil
 
 import numpy as np
 import pytest
 import torch
+from opus_models import sentences
 
 from transduce.cli import main
 from transduce.data.vocab import Vocab, Vocabs
@@ -19,33 +19,6 @@ from transduce.model import ModelConfig, Transformer
 from transduce.modeldir import load_model_dir, save_model_dir
 from transduce.safefiles import BadFileError, read_npz, read_safetensors
 from transduce.train import checkpoint as ckpt
-
-WORDS = [
-    "the",
-    "a",
-    "dog",
-    "cat",
-    "runs",
-    "sleeps",
-    "on",
-    "under",
-    "red",
-    "blue",
-    "house",
-    "tree",
-    "man",
-    "woman",
-    "child",
-    "sees",
-    "big",
-    "small",
-    "old",
-]
-
-
-def sentences(n: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) for _ in range(n)]
 
 
 @pytest.fixture(scope="module")

@@ -124,6 +124,7 @@ def align(
     layer = default_layer(model) if layer is None else layer
     out: list[Alignment] = [[] for _ in sources]
     src_vocab, tgt_vocab = translator.vocabs.src, translator.vocabs.tgt
+    languages = set(getattr(translator, "target_languages", {}).values())  # >>xx<< tokens: no source word
     for index in translator.batches(sources, batch_tokens, None):
         index = [i for i in index if targets[i]]
         if not index:
@@ -132,6 +133,8 @@ def align(
             model, [sources[i] for i in index], [targets[i] for i in index], layer, translator.device
         )
         for i, weights in zip(index, maps):
-            src_words = word_of_pieces(src_vocab.pieces(sources[i][:-1]))
+            ids = sources[i][:-1]
+            lead = 1 if ids and ids[0] in languages else 0  # a multilingual model's >>code<< before the source
+            src_words = [None] * lead + word_of_pieces(src_vocab.pieces(ids[lead:]))
             out[i] = align_pieces(weights, src_words, word_of_pieces(tgt_vocab.pieces(targets[i])), cover)
     return out

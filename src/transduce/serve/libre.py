@@ -24,7 +24,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from .service import Rejected, Service
+from .service import Rejected, Service, language_option
 
 try:  # HTML-aware translation: markup is kept, only the text between tags is translated
     from ..decode.markup import translate_html
@@ -101,12 +101,31 @@ async def read_fields(request: Request) -> dict[str, Any]:
     return fields
 
 
+# ISO 639-3 codes of NAMES' languages: multilingual OPUS-MT models name targets so (>>deu<<, >>fra<<)
+THREE_LETTER = dict(
+    zip(
+        "ara bul cat ces dan deu ell eng epo spa est fas fin fra gle heb hin hun ind ita jpn kor lit lav nob nld "
+        "pol por ron rus slk slv swe tha tur ukr vie zho".split(),
+        "ar bg ca cs da de el en eo es et fa fi fr ga he hi hu id it ja ko lt lv nb nl pl pt ro ru sk sl sv th tr "
+        "uk vi zh".split(),
+        strict=True,
+    )
+)
+
+
+def name(code: str) -> str:
+    """The language's English name; a three-letter code's says the code too ("French (fra)" beside "fr")."""
+    if code in NAMES:
+        return NAMES[code]
+    two = THREE_LETTER.get(code)
+    return f"{NAMES[two]} ({code})" if two else code
+
+
 def languages(service: Service) -> list[dict]:
-    specs = service.pool.specs.values()
-    codes = sorted(({s.source for s in specs} | {s.target for s in specs}) - {""})  # "": a model without [meta]
-    return [
-        {"code": c, "name": NAMES.get(c, c), "targets": sorted(s.target for s in specs if s.source == c)} for c in codes
-    ]
+    """Every source language and where it can go; a multilingual model adds each of its >>xx<< targets."""
+    pairs = [(s, t) for s, t in service.pool.by_pair if s and t]  # "": a model without [meta]
+    codes = sorted({c for pair in pairs for c in pair})
+    return [{"code": c, "name": name(c), "targets": sorted(t for s, t in pairs if s == c)} for c in codes]
 
 
 def as_int(value, name: str) -> int:
@@ -153,7 +172,7 @@ async def translate(service: Service, request: Request) -> dict:
     if not all(isinstance(t, str) for t in texts):
         raise Rejected(400, "Invalid request: q must be a string or a list of strings")
     source, auto = pick_source(service, str(fields["source"]), target)
-    spec = service.route(source, target)
+    spec, target_lang = service.route(source, target)
     fmt = fields.get("format", "text")
     if fmt not in ("text", "html"):
         raise Rejected(400, f"Invalid request: format must be 'text' or 'html', got {fmt!r}")
@@ -162,9 +181,9 @@ async def translate(service: Service, request: Request) -> dict:
     if not 0 <= alternatives < service.settings.max_beam:
         raise Rejected(400, f"Invalid request: alternatives must be between 0 and {service.settings.max_beam - 1}")
     if fmt == "html":
-        outputs = await html(service, spec, texts, alternatives)
+        outputs = await html(service, spec, texts, alternatives, target_lang)
     else:
-        results = await service.translate(spec, texts, beam, nbest=alternatives + 1, field="q")
+        results = await service.translate(spec, texts, beam, nbest=alternatives + 1, field="q", target_lang=target_lang)
         outputs = [[h.text for h in r] if isinstance(r, list) else [r.text] for r in results]
     answer: dict[str, Any] = {"translatedText": [o[0] for o in outputs] if batch else outputs[0][0]}
     if alternatives:
@@ -175,7 +194,7 @@ async def translate(service: Service, request: Request) -> dict:
     return answer
 
 
-async def html(service: Service, spec, texts: list[str], alternatives: int) -> list[list[str]]:
+async def html(service: Service, spec, texts: list[str], alternatives: int, target_lang: str | None) -> list[list[str]]:
     """format=html: the one place that calls :func:`transduce.decode.markup.translate_html`."""
     if translate_html is None:
         raise Rejected(
@@ -190,7 +209,7 @@ async def html(service: Service, spec, texts: list[str], alternatives: int) -> l
     for text in texts:
 
         def call(translator, text=text):
-            return translate_html(translator, text)
+            return translate_html(translator, text, **dict(language_option(target_lang)))
 
         (result,) = await service.run(spec, [call], ("call", (("id", id(call)),)), "q")
         out.append([result])

@@ -1,18 +1,24 @@
 """Which model serves which language pair, and which models are in memory.
 
-A server holds one or more model directories, each for one ``source -> target`` pair, listed by
+A server holds one or more model directories, each for one ``source -> target`` pair or, for a
+multilingual model (one whose source vocabulary has ``>>xx<<`` target-language tokens, as imported
+multilingual OPUS-MT models have), for ``source -> xx`` for each of its tokens. They are listed by
 
 * a models TOML::
 
       [[model]]
       path = "en-de"          # a model directory, relative to this file
       source = "en"           # optional when the directory's [meta] has src_lang / tgt_lang
-      target = "de"
+      target = "de"           # a multilingual model: serve only this one of its >>xx<< targets
       name = "en-de"          # optional (default: the directory's name)
       dtype = "int8"          # optional (default: the server's --backend)
 
 * or a directory whose sub-directories are model directories with ``src_lang`` / ``tgt_lang`` in
   their ``[meta]``.
+
+When two models serve one pair, a one-language model is chosen before a multilingual one, and
+otherwise the one listed first (in the TOML, or by directory name); two one-language models for
+one pair are an error.
 
 :class:`ModelPool` loads a model on its first request and keeps loaded models within a memory
 budget: before loading another it unloads the least recently used models that no request is using.
@@ -30,9 +36,14 @@ from pathlib import Path
 
 from ..config import ConfigError, read_toml
 from ..decode import DTYPES
-from ..modeldir import WEIGHTS, read_model_config
+from ..interop.marian import language_tokens
+from ..modeldir import VOCAB, WEIGHTS, load_vocabs, read_model_config
 
 SPEC_KEYS = {"path", "source", "target", "name", "dtype"}
+
+
+class NoModel(LookupError):
+    """No model serves the requested pair (the message names the pairs that exist)."""
 
 
 @dataclass(frozen=True)
@@ -44,10 +55,31 @@ class ModelSpec:
     source: str
     target: str
     dtype: str | None = None  # None: the server's --backend
+    languages: tuple[str, ...] = ()  # a multilingual model's targets, each chosen by its >>code<< token
 
     @property
     def pair(self) -> str:
         return f"{self.source}-{self.target}"
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """The (source, target) pairs this model serves."""
+        return [(self.source, t) for t in self.languages] if self.languages else [(self.source, self.target)]
+
+    def target_lang(self, target: str | None) -> str | None:
+        """The ``>>code<<`` token's code to translate into ``target`` (None: a one-language model)."""
+        if not self.languages:
+            return None
+        if target is None and len(self.languages) == 1:
+            return self.languages[0]
+        if target not in self.languages:
+            raise NoModel(
+                f"model {self.name} translates into several languages ({', '.join(self.languages)}): name 'target'"
+                if target is None
+                else f"no model translates {self.source!r} to {target!r}; model {self.name} has: "
+                + ", ".join(f"{self.source}-{t}" for t in self.languages)
+            )
+        return target
 
 
 def spec_from_dir(
@@ -56,8 +88,16 @@ def spec_from_dir(
     """A spec for a model directory; languages not given come from its ``[meta]``."""
     where = where or str(path)
     _config, meta = read_model_config(path)  # raises naming the file when it is not a model directory
+    languages = tuple(sorted(language_tokens(load_vocabs(path / VOCAB).src)))  # as the translator reads them
+    if languages and target:
+        if target not in languages:
+            raise ConfigError(
+                f"{where}: target {target!r}: {path} is multilingual and has no >>{target}<< token "
+                f"(it has: {', '.join(languages)})"
+            )
+        languages = (target,)
     source = source or str(meta.get("src_lang", ""))
-    target = target or str(meta.get("tgt_lang", ""))
+    target = target or str(meta.get("tgt_lang", "")) or ("mul" if languages else "")
     for key, value in (("source", source), ("target", target)):
         if not value:
             meta_key = "src_lang" if key == "source" else "tgt_lang"
@@ -66,7 +106,7 @@ def spec_from_dir(
             )
     if dtype is not None and dtype not in DTYPES:
         raise ConfigError(f"{where}: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    return ModelSpec(name or path.name, path, source, target, dtype)
+    return ModelSpec(name or path.name, path, source, target, dtype, languages)
 
 
 def read_models(location: str | Path) -> list[ModelSpec]:
@@ -114,17 +154,25 @@ def read_models(location: str | Path) -> list[ModelSpec]:
 
 
 def check_unique(specs: list[ModelSpec], where: str) -> None:
+    """Names are unique, and so are the pairs of one-language models (multilingual ones may overlap)."""
     for attr in ("name", "pair"):
         seen: dict[str, ModelSpec] = {}
         for spec in specs:
+            if attr == "pair" and spec.languages:
+                continue
             value = getattr(spec, attr)
             if value in seen:
                 raise ConfigError(f"{where}: two models with {attr} {value!r} ({seen[value].path} and {spec.path})")
             seen[value] = spec
 
 
-class NoModel(LookupError):
-    """No model serves the requested pair (the message names the pairs that exist)."""
+def routes(specs: list[ModelSpec]) -> dict[tuple[str, str], ModelSpec]:
+    """Each pair's model: a one-language model before a multilingual one, then the order listed."""
+    out: dict[tuple[str, str], ModelSpec] = {}
+    for spec in sorted(specs, key=lambda s: bool(s.languages)):  # a stable sort keeps the listed order
+        for pair in spec.pairs:
+            out.setdefault(pair, spec)
+    return out
 
 
 class PoolFull(RuntimeError):
@@ -164,7 +212,7 @@ class ModelPool:
     def __init__(self, specs: list[ModelSpec], load: Callable, make_batcher: Callable, budget_bytes: int = 0):
         check_unique(specs, "models")
         self.specs = {s.name: s for s in specs}
-        self.by_pair = {(s.source, s.target): s for s in specs}
+        self.by_pair = routes(specs)
         self.load, self.make_batcher, self.budget = load, make_batcher, budget_bytes
         self.loaded: OrderedDict[str, Loaded] = OrderedDict()  # least recently used first
         self.loads = self.evictions = 0
@@ -176,7 +224,7 @@ class ModelPool:
     def route(self, source: str, target: str) -> ModelSpec:
         spec = self.by_pair.get((source, target))
         if spec is None:
-            pairs = ", ".join(sorted(s.pair for s in self.specs.values()))
+            pairs = ", ".join(sorted(f"{s}-{t}" for s, t in self.by_pair))
             raise NoModel(f"no model translates {source!r} to {target!r}; this server has: {pairs}")
         return spec
 

@@ -147,7 +147,9 @@ class Observe:
 
 def single_spec(translator, name: str) -> ModelSpec:
     meta = getattr(translator, "meta", {}) or {}
-    return ModelSpec(name or "model", Path(name or "."), str(meta.get("src_lang", "")), str(meta.get("tgt_lang", "")))
+    languages = tuple(sorted(getattr(translator, "target_languages", {}) or {}))  # a multilingual model's
+    target = str(meta.get("tgt_lang", "")) or ("mul" if languages else "")
+    return ModelSpec(name or "model", Path(name or "."), str(meta.get("src_lang", "")), target, None, languages)
 
 
 def create_app(

@@ -70,14 +70,17 @@ class Service:
         except Denied as e:
             raise Rejected(e.status, str(e), e.retry_after) from None
 
-    def route(self, source: str | None, target: str | None) -> ModelSpec:
-        """The model for a pair; with one model, the pair may be left out."""
-        if not source and not target and len(self.pool.specs) == 1:
-            return next(iter(self.pool.specs.values()))
-        if not source or not target:
-            raise Rejected(400, "name both 'source' and 'target' languages (this server has several models)")
+    def route(self, source: str | None, target: str | None) -> tuple[ModelSpec, str | None]:
+        """The model for a pair, and the code of the ``>>code<<`` token a multilingual model decodes with
+        (None for a one-language model); with one model, the pair may be left out."""
         try:
-            return self.pool.route(source, target)
+            if not source and not target and len(self.pool.specs) == 1:
+                spec = next(iter(self.pool.specs.values()))
+                return spec, spec.target_lang(None)
+            if not source or not target:
+                raise Rejected(400, "name both 'source' and 'target' languages (this server has several models)")
+            spec = self.pool.route(source, target)
+            return spec, spec.target_lang(target)
         except NoModel as e:
             raise Rejected(400, str(e)) from None
 
@@ -93,12 +96,13 @@ class Service:
                     413, f"field '{field}.{i}': {len(sentence)} characters exceed the limit of {s.max_chars}"
                 )
 
-    def check_tokens(self, entry: Loaded, sentences: list[str], field: str) -> int:
+    def check_tokens(self, entry: Loaded, sentences: list[str], field: str, prefix: int = 0) -> int:
+        """Source tokens of ``sentences`` with eos and ``prefix`` (a >>code<< token), each within max_positions."""
         translator = entry.translator
         vocab, max_tokens = translator.vocabs.src, translator.config.max_positions
         total = 0
         for i, sentence in enumerate(sentences):
-            n = len(vocab.encode(sentence)) + 1
+            n = len(vocab.encode(sentence)) + 1 + prefix
             if n > max_tokens:
                 raise Rejected(
                     413, f"field '{field}.{i}': {n} source tokens exceed the model's max_positions={max_tokens}"
@@ -123,7 +127,8 @@ class Service:
         except Exception as e:  # noqa: BLE001 - a broken model directory: say which, keep serving the others
             raise Rejected(500, f"model {spec.name} ({spec.path}) could not be loaded: {e}") from None
         try:
-            tokens = self.check_tokens(entry, sentences, field) if key[0] != "call" else 1
+            prefix = 1 if dict(key[1]).get("target_lang") else 0
+            tokens = self.check_tokens(entry, sentences, field, prefix) if key[0] != "call" else 1
             if not sentences:
                 return []
             try:
@@ -140,13 +145,24 @@ class Service:
             self.pool.release(entry)
 
     async def translate(
-        self, spec: ModelSpec, sentences: list[str], beam: int, nbest: int = 1, alpha: float = 0.6, field: str = "text"
+        self,
+        spec: ModelSpec,
+        sentences: list[str],
+        beam: int,
+        nbest: int = 1,
+        alpha: float = 0.6,
+        field: str = "text",
+        target_lang: str | None = None,
     ) -> list:
         self.check_search(beam, nbest, alpha)
         self.check_text(spec, sentences, field)
-        return await self.run(
-            spec, sentences, ("translate", (("alpha", alpha), ("beam", beam), ("nbest", nbest))), field
-        )
+        options = (("alpha", alpha), ("beam", beam), ("nbest", nbest)) + language_option(target_lang)
+        return await self.run(spec, sentences, ("translate", options), field)
+
+
+def language_option(target_lang: str | None) -> tuple:
+    """A batcher job's option choosing a multilingual model's target language (none for others)."""
+    return (("target_lang", target_lang),) if target_lang else ()
 
 
 def make_batcher_factory(settings: Settings, metrics):

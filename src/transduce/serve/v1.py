@@ -6,7 +6,7 @@
                            {"text", "score", "logprob"} objects when return_scores)
     POST /v1/attention  {"text": ["A dog runs."], "source": "en", "target": "de", "beam": 4}
                         -> {"alignments": [{"translation", "source_words", "target_words", "weights"}]}
-    GET  /v1/models     -> [{"name", "source", "target", "loaded", "bytes"}]
+    GET  /v1/models     -> [{"name", "source", "target", "targets", "loaded", "bytes"}]
 
 ``source`` and ``target`` may be left out when the server holds one model. An API key, where
 needed, goes in the ``X-API-Key`` header (or ``Authorization: Bearer KEY``). Errors answer
@@ -19,7 +19,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from .service import Rejected, Service
+from .service import Rejected, Service, language_option
 
 
 class TranslateRequest(BaseModel):
@@ -71,6 +71,7 @@ class ModelInfo(BaseModel):
     name: str
     source: str
     target: str
+    targets: list[str] = Field(description="a multilingual model's target languages (its >>xx<< tokens)")
     loaded: bool
     bytes: int = Field(description="memory of the loaded model (0 when not loaded)")
 
@@ -110,8 +111,8 @@ def router(service: Service) -> APIRouter:
     async def translate(req: TranslateRequest, request: Request) -> dict:
         try:
             service.authorize(api_key(request), client(request))
-            spec = service.route(req.source, req.target)
-            results = await service.translate(spec, req.text, req.beam, req.nbest, req.alpha)
+            spec, target_lang = service.route(req.source, req.target)
+            results = await service.translate(spec, req.text, req.beam, req.nbest, req.alpha, target_lang=target_lang)
         except Rejected as e:
             raise _http(e) from None
         return {"translations": [_shape(r, req.return_scores) for r in results]}
@@ -120,10 +121,11 @@ def router(service: Service) -> APIRouter:
     async def attention(req: AttentionRequest, request: Request) -> dict:
         try:
             service.authorize(api_key(request), client(request))
-            spec = service.route(req.source, req.target)
+            spec, target_lang = service.route(req.source, req.target)
             service.check_search(req.beam, 1)
             service.check_text(spec, req.text, "text")
-            result = await service.run(spec, req.text, ("attention", (("beam", req.beam),)))
+            options = (("beam", req.beam),) + language_option(target_lang)
+            result = await service.run(spec, req.text, ("attention", options))
         except Rejected as e:
             raise _http(e) from None
         except ValueError as e:  # e.g. a model decoded by the C++ step records no attention
@@ -138,6 +140,7 @@ def router(service: Service) -> APIRouter:
                 "name": s.name,
                 "source": s.source,
                 "target": s.target,
+                "targets": list(s.languages),
                 "loaded": s.name in loaded,
                 "bytes": loaded[s.name].nbytes if s.name in loaded else 0,
             }

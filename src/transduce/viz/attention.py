@@ -119,9 +119,10 @@ def record_weights(
     return stacked["encoder"], stacked["decoder"], stacked["cross"]
 
 
-def sentence_attention(translator, sentence: str, beam: int = 4) -> AttentionMaps:
+def sentence_attention(translator, sentence: str, beam: int = 4, target_lang: str | None = None) -> AttentionMaps:
     """Translate ``sentence`` with a :class:`~transduce.decode.translator.Translator` (``transduce.load``)
-    and return the attention weights of that translation.
+    and return the attention weights of that translation. ``target_lang``: a multilingual model's target
+    language, whose ``>>code<<`` token then leads the source pieces.
 
     >>> maps = sentence_attention(transduce.load("model"), "A dog runs.", beam=4)  # doctest: +SKIP
     >>> maps.cross.shape   # (decoder layers, heads, output pieces + 1, source pieces + 1)  # doctest: +SKIP
@@ -132,7 +133,10 @@ def sentence_attention(translator, sentence: str, beam: int = 4) -> AttentionMap
     src_ids = vocabs.src.encode(sentence)
     if not src_ids:
         raise ValueError("the sentence is empty after subword encoding")
-    result = translator.translate([sentence], beam=beam, return_scores=True, truncate=False)[0]
+    language = {} if target_lang is None else {"target_lang": target_lang}
+    if language:
+        src_ids = translator.language_prefix(target_lang) + src_ids  # as translate() encodes it
+    result = translator.translate([sentence], beam=beam, return_scores=True, truncate=False, **language)[0]
     enc, dec, cross = record_weights(model, src_ids, result.tokens)
     eos = model.config.eos_id
     return AttentionMaps(
