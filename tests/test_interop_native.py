@@ -19,6 +19,7 @@ from transduce.api import load
 from transduce.cli import main
 from transduce.config import ConfigError
 from transduce.data.vocab import Vocab
+from transduce.interop import marian
 from transduce.interop.import_marian import import_model
 from transduce.interop.marian_native import CONFIG_KEY, LAYER_NAMES
 from transduce.model import ModelConfig, Transformer
