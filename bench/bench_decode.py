@@ -275,7 +275,10 @@ def run_engine(engine: str, model_dir: Path, exports: Path, sources: Path, batch
         "--threads",
         str(threads),
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    # the worker runs in ROOT: a relative PYTHONPATH (``cd bench && PYTHONPATH=../src``) would name another
+    # directory there and import whatever transduce is installed instead of this checkout
+    path = os.pathsep.join(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": path})
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -401,8 +404,10 @@ def part_decode(args, data) -> str:
 
 def compare(argv: list[str]) -> None:
     """Engines side by side on the same sentences, alternating rounds; prints a markdown table with each
-    engine's median target tokens/s and its ratio to the last engine named (the rival)."""
+    engine's median target tokens/s and its ratio to the last engine named (the rival), and the sacreBLEU of
+    its first round's output against the split's references (length penalty 0, as every engine here)."""
     from transduce.data import PreparedData
+    from transduce.evaluate import score_translations
     from transduce.modeldir import load_model_dir
 
     p = argparse.ArgumentParser(prog="bench_decode.py compare")
@@ -421,7 +426,8 @@ def compare(argv: list[str]) -> None:
     if any(e in missing for e in args.engines):
         raise SystemExit(f"cannot export: {missing}")
     _, vocabs, _ = load_model_dir(args.model)
-    split = PreparedData.open(args.data).split(args.split)
+    data = PreparedData.open(args.data)
+    split = data.split(args.split)
     eos = 3
     sources = [ids + [eos] for ids in vocabs.src.encode_batch([split.src_text(i) for i in range(len(split))])]
     path = exports / f"sources-{args.split}-{args.count}.json"
@@ -434,6 +440,11 @@ def compare(argv: list[str]) -> None:
                 raise SystemExit(f"{engine}: {result['error']}")
             runs[engine].append(result)
     rival = args.engines[-1]
+    refs = [split.tgt_text(i) for i in range(len(sources[: args.count]))]
+    bleu = {
+        e: score_translations([vocabs.tgt.decode(h) for h in rs[0]["hyps"]], refs, data.manifest["tgt_lang"])["bleu"]
+        for e, rs in runs.items()
+    }
     wall = {e: statistics.median(r["tokens"] / r["seconds"] for r in rs) for e, rs in runs.items()}
     cpu = {e: statistics.median(r["tokens"] / r["cpu_seconds"] for r in rs) for e, rs in runs.items()}
     rows = [
@@ -444,6 +455,7 @@ def compare(argv: list[str]) -> None:
             f"{cpu[e]:,.0f}",
             f"{cpu[e] / cpu[rival]:.2f}×",
             f"{agreement(runs[e][0]['hyps'], runs[rival][0]['hyps']):.0%}",
+            f"{bleu[e]:.2f}",
         ]
         for e in args.engines
     ]
@@ -461,6 +473,7 @@ def compare(argv: list[str]) -> None:
                 "target tokens per CPU-second",
                 f"vs {rival}",
                 f"same best hyp as {rival}",
+                "BLEU",
             ],
             rows,
         )

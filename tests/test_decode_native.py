@@ -14,6 +14,7 @@ from transduce.decode import native
 from transduce.decode.search import beam_search, greedy
 from transduce.fastpaths import Choice, decoder_for
 from transduce.model import ModelConfig, Transformer
+from transduce.model.cache import DecoderCache, LayerCache
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler to build the extension")
 
@@ -305,3 +306,53 @@ def test_int8_native_is_batch_invariant(tiny_model_dir, threads):
         assert run(beam=4, batch_size=64, sort=False) == reference
     finally:
         torch.set_num_threads(before)
+
+
+def test_vectorised_gelu_and_logsumexp_match_torch():
+    """vecmath.h's polynomial exp and erf (AVX2 or AVX-512 where the CPU has them) give torch's GELU and
+    log Σ exp to fp32 rounding, masked (-inf) entries and every vector tail included."""
+    ext = native.extension()
+    x = torch.cat([torch.linspace(-12, 12, 4001), torch.tensor([0.0, -0.0, 1e-30, -1e-30, 30.0, -30.0])])
+    assert torch.allclose(ext.vec_gelu(x), torch.nn.functional.gelu(x), atol=2e-7, rtol=2e-6)
+    g = torch.Generator().manual_seed(4)
+    for V in (1, 7, 8, 17, 300, 8000):
+        logits = torch.randn(5, V, generator=g) * 6
+        logits[1, : V // 2] = float("-inf")  # masked entries count for nothing
+        want = torch.logsumexp(logits.double(), -1).float()
+        assert torch.allclose(ext.vec_logsumexp(logits), want, atol=1e-5, rtol=1e-6), V
+    assert ext.vec_logsumexp(torch.full((1, 9), float("-inf"))).item() == float("-inf")
+
+
+def test_int8_step_candidates_equal_step_then_candidates():
+    """The fused int8 step (logits folded into each row's log Σ exp and best tokens as they are made, never
+    written) selects what decode_step then beam_candidates select, forced rows included; the History cache
+    (rows by index) gives the logits of the tensor cache (rows copied) bit for bit, through beam reorders.
+    A vocabulary of 700 runs the 256-column pieces' tail."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=700, dropout=0.0)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    fast = native.native_step(model, int8=True)
+    src = torch.randint(4, 700, (3, 7), generator=torch.Generator().manual_seed(5))
+    src[:, -1] = 3
+    encoded = fast.encode(src)
+    fused, history = fast.init_cache(encoded, 1), fast.init_cache(encoded, 1)
+    assert isinstance(fused, native.HistoryCache)
+    tensors = native.DeferredCache.of(
+        DecoderCache([LayerCache(k, v) for k, v in zip(encoded.keys, encoded.values)], encoded.mask, 1)
+    )
+    scores, tokens = torch.zeros(3, 1), torch.full((3,), 2)
+    for t, forced in enumerate(([], [1], [], [0, 5, 6], [])):
+        got = fast.step_candidates(tokens, fused, scores, forced, 8)
+        logits = fast.decode_step(tokens, tensors)
+        assert torch.equal(fast.decode_step(tokens, history), logits), t
+        want = fast.beam_candidates(logits, scores, forced, 8, 8)
+        assert torch.equal(got[1], want[1]) and torch.equal(got[2], want[2]), t
+        assert torch.allclose(got[0], want[0], atol=1e-5, rtol=0), t
+        rows = (got[1][:, :4] + torch.arange(got[1].size(0))[:, None] * scores.size(1)).flatten()  # 4 beams each
+        for c in (fused, history, tensors):
+            c.reorder(rows.flip(0) if t == 2 else rows, beam=4)
+            if t == 2:  # two reorders before a step compose
+                c.reorder(torch.arange(rows.numel()).flip(0))
+        scores, tokens = got[0][:, :4], got[2][:, :4].flatten()

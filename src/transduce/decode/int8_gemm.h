@@ -111,15 +111,43 @@ inline float quantize_row(const float* x, int64_t K, int64_t k4, uint8_t* q, boo
   return s;
 }
 
-// Output columns [n0, n1) (multiples of 16, n1 <= n16) of rows [0, M): the portable loop.
-inline void columns_portable(const Weights& w, const uint8_t* xq, const float* sx, int64_t M, float* y,
-                             int64_t n0, int64_t n1) {
-  for (int64_t r = 0; r < M; ++r) {
-    const uint8_t* q = xq + r * w.k4;
-    for (int64_t o = n0; o < std::min(n1, w.out); ++o) {
+// The rows of x quantised for one map (quantize_row): x_q + 128 (k4 bytes a row) and the scales; for the
+// AVX2 kernel also the signed x_q and |x_q|.
+struct Quantized {
+  int64_t rows = 0, k4 = 0;
+  bool portable = false;
+  std::vector<uint8_t> xq;
+  std::vector<float> sx;
+  std::vector<int8_t> xs;  // AVX2 only
+  std::vector<uint8_t> xa;  // AVX2 only
+
+  // x (M, w.in) row-major floats. portable: for the plain loop even where a SIMD kernel is compiled in.
+  Quantized(const float* x, int64_t M, const Weights& w, bool portable = false)
+      : rows(M), k4(w.k4), portable(portable), xq(M * w.k4), sx(M) {
+    for (int64_t r = 0; r < M; ++r) sx[r] = quantize_row(x + r * w.in, w.in, w.k4, xq.data() + r * w.k4, portable);
+#if TRANSDUCE_AVX2
+    if (portable) return;
+    xs.resize(M * k4), xa.resize(M * k4);
+    for (int64_t i = 0; i < M * k4; ++i) {
+      const int32_t v = static_cast<int32_t>(xq[i]) - 128;
+      xs[i] = static_cast<int8_t>(v), xa[i] = static_cast<uint8_t>(v < 0 ? -v : v);
+    }
+#endif
+  }
+};
+
+// Each kernel below computes the outputs of rows [r0, r1) and 16-wide column blocks [b0, b1) into y, which
+// points at row r0's column b0 · 16 with rows `ldy` floats apart; columns past w.out are not written.
+
+// The portable loop.
+inline void block_portable(const Weights& w, const Quantized& q, int64_t r0, int64_t r1, int64_t b0, int64_t b1,
+                           float* y, int64_t ldy) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* x = q.xq.data() + r * w.k4;
+    for (int64_t o = b0 * 16; o < std::min(b1 * 16, w.out); ++o) {
       int32_t acc = 0;
-      for (int64_t k = 0; k < w.k4; ++k) acc += static_cast<int32_t>(q[k]) * w.at(o, k);
-      y[r * w.out + o] = static_cast<float>(acc - 128 * w.wsum[o]) * (sx[r] * w.scale[o]) + w.bias[o];
+      for (int64_t k = 0; k < w.k4; ++k) acc += static_cast<int32_t>(x[k]) * w.at(o, k);
+      y[(r - r0) * ldy + o - b0 * 16] = static_cast<float>(acc - 128 * w.wsum[o]) * (q.sx[r] * w.scale[o]) + w.bias[o];
     }
   }
 }
@@ -127,8 +155,9 @@ inline void columns_portable(const Weights& w, const uint8_t* xq, const float* s
 #if TRANSDUCE_VNNI
 // A tile of R rows (R <= 4) by NB blocks of 16 outputs: R·NB independent accumulators hide vpdpbusd's
 // latency, each weight vector is loaded once for R rows and each broadcast of x once for NB blocks.
+// xq, sx: the tile's first row; y: its first output.
 template <int R, int NB>
-inline void tile_vnni(const Weights& w, const uint8_t* xq, const float* sx, float* y, int64_t nb) {
+inline void tile_vnni(const Weights& w, const uint8_t* xq, const float* sx, float* y, int64_t ldy, int64_t nb) {
   const int64_t groups = w.k4 / 4;
   __m512i acc[R][NB];
   for (int r = 0; r < R; ++r)
@@ -152,42 +181,47 @@ inline void tile_vnni(const Weights& w, const uint8_t* xq, const float* sx, floa
     for (int r = 0; r < R; ++r) {
       __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][j], wsum));
       v = _mm512_fmadd_ps(v, _mm512_mul_ps(_mm512_set1_ps(sx[r]), scale), bias);
-      _mm512_mask_storeu_ps(y + r * w.out + o, live, v);
+      _mm512_mask_storeu_ps(y + r * ldy + j * 16, live, v);
     }
   }
 }
 
-// All M rows for one tile of NB blocks starting at block nb: the tile's weights stay in L1 for every row.
+// Every row for one tile of NB blocks starting at block nb: the tile's weights stay in L1 for every row.
 template <int NB>
-inline void rows_vnni(const Weights& w, const uint8_t* xq, const float* sx, int64_t M, float* y, int64_t nb) {
-  int64_t r = 0;
-  for (; r + 4 <= M; r += 4) tile_vnni<4, NB>(w, xq + r * w.k4, sx + r, y + r * w.out, nb);
-  switch (M - r) {
-    case 3: tile_vnni<3, NB>(w, xq + r * w.k4, sx + r, y + r * w.out, nb); break;
-    case 2: tile_vnni<2, NB>(w, xq + r * w.k4, sx + r, y + r * w.out, nb); break;
-    case 1: tile_vnni<1, NB>(w, xq + r * w.k4, sx + r, y + r * w.out, nb); break;
+inline void rows_vnni(const Weights& w, const Quantized& q, int64_t r0, int64_t r1, float* y, int64_t ldy,
+                      int64_t nb) {
+  const uint8_t* xq = q.xq.data();
+  const float* sx = q.sx.data();
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) tile_vnni<4, NB>(w, xq + r * w.k4, sx + r, y + (r - r0) * ldy, ldy, nb);
+  switch (r1 - r) {
+    case 3: tile_vnni<3, NB>(w, xq + r * w.k4, sx + r, y + (r - r0) * ldy, ldy, nb); break;
+    case 2: tile_vnni<2, NB>(w, xq + r * w.k4, sx + r, y + (r - r0) * ldy, ldy, nb); break;
+    case 1: tile_vnni<1, NB>(w, xq + r * w.k4, sx + r, y + (r - r0) * ldy, ldy, nb); break;
     default: break;
   }
 }
 
-inline void columns_vnni(const Weights& w, const uint8_t* xq, const float* sx, int64_t M, float* y, int64_t n0,
-                         int64_t n1) {
+inline void block_vnni(const Weights& w, const Quantized& q, int64_t r0, int64_t r1, int64_t b0, int64_t b1,
+                       float* y, int64_t ldy) {
   constexpr int NB = TRANSDUCE_NB;
-  int64_t nb = n0 / 16;
-  for (; nb + NB <= n1 / 16; nb += NB) rows_vnni<NB>(w, xq, sx, M, y, nb);
-  for (; nb < n1 / 16; ++nb) rows_vnni<1>(w, xq, sx, M, y, nb);
+  int64_t nb = b0;
+  for (; nb + NB <= b1; nb += NB) rows_vnni<NB>(w, q, r0, r1, y + (nb - b0) * 16, ldy, nb);
+  for (; nb < b1; ++nb) rows_vnni<1>(w, q, r0, r1, y + (nb - b0) * 16, ldy, nb);
 }
 #endif
 
 #if TRANSDUCE_AVX2
 // AVX2 without VNNI: vpmaddubsw multiplies unsigned by signed bytes into saturating int16 pairs. With
-// the signed x_q (byte ^ 0x80 = x_q + 128 - 128) and |x_q|, w_q <= 127, |x|·sign(w, x) makes each pair
-// at most 2·127·127 = 32,258 < 32,767, so nothing saturates; vpmaddwd by 1 sums the pairs into int32.
-// The sums are Σ x_q w_q exactly (no 128 · wsum correction): the same values as the other kernels.
+// the signed x_q and |x_q|, w_q <= 127, |x|·sign(w, x) makes each pair at most 2·127·127 = 32,258 < 32,767,
+// so nothing saturates; vpmaddwd by 1 sums the pairs into int32. The sums are Σ x_q w_q exactly (no
+// 128 · wsum correction): the same values as the other kernels. xs, xa: the tile's first row's signed
+// x_q and |x_q| (Quantized), broadcast 4 bytes at a time; y: the tile's first output.
 template <int R>
-inline void tile_avx2(const Weights& w, const uint8_t* xq, const float* sx, float* y, int64_t nb) {
+inline void tile_avx2(const Weights& w, const int8_t* xs, const uint8_t* xa, const float* sx, float* y, int64_t ldy,
+                      int64_t nb) {
   const int64_t groups = w.k4 / 4;
-  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80)), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   const int8_t* panel = w.packed.data() + nb * groups * 64;
@@ -195,12 +229,12 @@ inline void tile_avx2(const Weights& w, const uint8_t* xq, const float* sx, floa
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + g * 64));       // outputs 0-7
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + g * 64 + 32));  // outputs 8-15
     for (int r = 0; r < R; ++r) {
-      int32_t four;
-      std::memcpy(&four, xq + r * w.k4 + g * 4, 4);
-      const __m256i xs = _mm256_xor_si256(_mm256_set1_epi32(four), flip);  // signed x_q, 4 bytes repeated
-      const __m256i ax = _mm256_abs_epi8(xs);
-      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xs)), ones));
-      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xs)), ones));
+      int32_t s4, a4;
+      std::memcpy(&s4, xs + r * w.k4 + g * 4, 4);
+      std::memcpy(&a4, xa + r * w.k4 + g * 4, 4);
+      const __m256i sv = _mm256_set1_epi32(s4), av = _mm256_set1_epi32(a4);  // 4 bytes of the row, repeated
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(w0, sv)), ones));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(w1, sv)), ones));
     }
   }
   const int64_t o = nb * 16, live = std::min<int64_t>(16, w.out - o);
@@ -211,19 +245,24 @@ inline void tile_avx2(const Weights& w, const uint8_t* xq, const float* sx, floa
       _mm256_store_ps(v + 8 * h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][h]), scale,
                                                  _mm256_loadu_ps(w.bias.data() + o + 8 * h)));
     }
-    std::memcpy(y + r * w.out + o, v, live * sizeof(float));
+    std::memcpy(y + r * ldy, v, live * sizeof(float));
   }
 }
 
-inline void columns_avx2(const Weights& w, const uint8_t* xq, const float* sx, int64_t M, float* y, int64_t n0,
-                         int64_t n1) {
-  for (int64_t nb = n0 / 16; nb < n1 / 16; ++nb) {
-    int64_t r = 0;
-    for (; r + 4 <= M; r += 4) tile_avx2<4>(w, xq + r * w.k4, sx + r, y + r * w.out, nb);
-    switch (M - r) {
-      case 3: tile_avx2<3>(w, xq + r * w.k4, sx + r, y + r * w.out, nb); break;
-      case 2: tile_avx2<2>(w, xq + r * w.k4, sx + r, y + r * w.out, nb); break;
-      case 1: tile_avx2<1>(w, xq + r * w.k4, sx + r, y + r * w.out, nb); break;
+inline void block_avx2(const Weights& w, const Quantized& q, int64_t r0, int64_t r1, int64_t b0, int64_t b1,
+                       float* y, int64_t ldy) {
+  const int8_t* xs = q.xs.data();
+  const uint8_t* xa = q.xa.data();
+  const float* sx = q.sx.data();
+  for (int64_t nb = b0; nb < b1; ++nb) {
+    float* yb = y + (nb - b0) * 16;
+    int64_t r = r0;  // 3 rows a tile: 6 accumulators, 2 weights and the broadcasts fit AVX2's 16 registers
+    for (; r + 3 <= r1; r += 3) tile_avx2<3>(w, xs + r * w.k4, xa + r * w.k4, sx + r, yb + (r - r0) * ldy, ldy, nb);
+    const int8_t* s = xs + r * w.k4;
+    const uint8_t* a = xa + r * w.k4;
+    switch (r1 - r) {
+      case 2: tile_avx2<2>(w, s, a, sx + r, yb + (r - r0) * ldy, ldy, nb); break;
+      case 1: tile_avx2<1>(w, s, a, sx + r, yb + (r - r0) * ldy, ldy, nb); break;
       default: break;
     }
   }
@@ -233,22 +272,26 @@ inline void columns_avx2(const Weights& w, const uint8_t* xq, const float* sx, i
 inline bool has_vnni() { return TRANSDUCE_VNNI; }
 inline bool has_avx2_kernel() { return TRANSDUCE_AVX2; }
 
+// Rows [r0, r1) by 16-wide column blocks [b0, b1) of x Wᵀ + b into y (at row r0, column b0 · 16; rows ldy
+// apart), with the CPU's kernel (the plain loop if q was quantised `portable`).
+inline void block(const Weights& w, const Quantized& q, int64_t r0, int64_t r1, int64_t b0, int64_t b1, float* y,
+                  int64_t ldy) {
+#if TRANSDUCE_VNNI
+  if (!q.portable) return block_vnni(w, q, r0, r1, b0, b1, y, ldy);
+#endif
+#if TRANSDUCE_AVX2
+  if (!q.portable) return block_avx2(w, q, r0, r1, b0, b1, y, ldy);
+#endif
+  block_portable(w, q, r0, r1, b0, b1, y, ldy);
+}
+
 // y (M, N) = x (M, K) Wᵀ + b, row-major float buffers. portable: the plain loop even where VNNI is
 // compiled in (tests). Threads split the output columns in 16-wide blocks; a small map stays on one.
 inline void gemm(const float* x, int64_t M, const Weights& w, float* y, bool portable = false) {
-  std::vector<uint8_t> xq(M * w.k4);
-  std::vector<float> sx(M);
-  for (int64_t r = 0; r < M; ++r) sx[r] = quantize_row(x + r * w.in, w.in, w.k4, xq.data() + r * w.k4, portable);
+  const Quantized q(x, M, w, portable);
   const int64_t grain = std::max<int64_t>(2, (1 << 16) / std::max<int64_t>(1, M * w.k4));
-  at::parallel_for(0, w.n16 / 16, grain, [&](int64_t b0, int64_t b1) {
-#if TRANSDUCE_VNNI
-    if (!portable) return columns_vnni(w, xq.data(), sx.data(), M, y, b0 * 16, b1 * 16);
-#endif
-#if TRANSDUCE_AVX2
-    if (!portable) return columns_avx2(w, xq.data(), sx.data(), M, y, b0 * 16, b1 * 16);
-#endif
-    columns_portable(w, xq.data(), sx.data(), M, y, b0 * 16, b1 * 16);
-  });
+  at::parallel_for(0, w.n16 / 16, grain,
+                   [&](int64_t b0, int64_t b1) { block(w, q, 0, M, b0, b1, y + b0 * 16, w.out); });
 }
 
 // x (..., K) -> (..., N) float.

@@ -16,7 +16,8 @@
 
 #include <ATen/Parallel.h>
 
-#include "int8_gemm.h"  // TRANSDUCE_VNNI, <immintrin.h>
+#include "int8_gemm.h"
+#include "vecmath.h"
 
 namespace int8 {
 
@@ -28,54 +29,11 @@ inline void rows(int64_t N, int64_t work, const F& f) {
   });
 }
 
-// Σ a·b over n floats (AVX-512: 16 lanes at a time, then the remainder).
-inline float dot(const float* a, const float* b, int64_t n) {
-  int64_t i = 0;
-  float s = 0.0f;
-#if TRANSDUCE_VNNI
-  if (n >= 16) {
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
-    s = _mm512_reduce_add_ps(acc);
-  }
-#endif
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Σ a over n floats; as dot.
-inline float sum(const float* a, int64_t n) {
-  int64_t i = 0;
-  float s = 0.0f;
-#if TRANSDUCE_VNNI
-  if (n >= 16) {
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 16 <= n; i += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(a + i));
-    s = _mm512_reduce_add_ps(acc);
-  }
-#endif
-  for (; i < n; ++i) s += a[i];
-  return s;
-}
-
-// Σ (a - c)² over n floats (with c the mean: n · variance); as dot.
-inline float sum_squares(const float* a, float c, int64_t n) {
-  int64_t i = 0;
-  float s = 0.0f;
-#if TRANSDUCE_VNNI
-  if (n >= 16) {
-    const __m512 vc = _mm512_set1_ps(c);
-    __m512 acc = _mm512_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-      const __m512 v = _mm512_sub_ps(_mm512_loadu_ps(a + i), vc);
-      acc = _mm512_fmadd_ps(v, v, acc);
-    }
-    s = _mm512_reduce_add_ps(acc);
-  }
-#endif
-  for (; i < n; ++i) s += (a[i] - c) * (a[i] - c);
-  return s;
-}
+// The loops' fp32 math (vecmath.h): vectorised where the CPU allows, one row at a time.
+using vec::dot;
+using vec::logsumexp;
+using vec::sum;
+using vec::sum_squares;
 
 // x (N, d) <- layer_norm(x [+ y]) with weight w and bias b, row by row.
 inline void add_layer_norm(float* x, const float* y, const float* w, const float* b, int64_t N, int64_t d,
@@ -118,7 +76,7 @@ inline void feed_forward(const float* x, int64_t M, const Weights& w1, const Wei
   const int64_t n = M * w1.out;
   switch (act) {
     case Activation::gelu:  // x Φ(x)
-      for (int64_t i = 0; i < n; ++i) hidden[i] = 0.5f * hidden[i] * (1.0f + std::erf(hidden[i] * 0.70710678f));
+      vec::gelu(hidden, n);
       break;
     case Activation::swish:
       for (int64_t i = 0; i < n; ++i) hidden[i] = hidden[i] / (1.0f + std::exp(-hidden[i]));  // x σ(x)
@@ -131,26 +89,34 @@ inline void feed_forward(const float* x, int64_t M, const Weights& w1, const Wei
 }
 
 // out (d_k) = softmax(scale · q Kᵀ) V over the T keys at k, v (T, d_k each, rows ks and vs floats apart);
-// visible (T) or null: only those keys. No visible key: zeros (as attention_reference).
+// visible (T) or null: only those keys. No visible key: zeros (as attention_reference). The hidden keys are
+// dropped before the softmax (scores, keep: T each, scratch), so its sums run over the visible keys alone, in
+// order: a sentence's output does not depend on how much padding its batch gives it.
 inline void attend_one(const float* q, const float* k, const float* v, int64_t T, int64_t ks, int64_t vs,
-                       int64_t d_k, float scale, const bool* visible, float* scores, float* out) {
+                       int64_t d_k, float scale, const bool* visible, float* scores, int64_t* keep, float* out) {
   float top = -std::numeric_limits<float>::infinity();
+  int64_t c = 0;
   for (int64_t t = 0; t < T; ++t) {
-    scores[t] = visible == nullptr || visible[t] ? dot(q, k + t * ks, d_k) * scale
-                                                 : -std::numeric_limits<float>::infinity();
-    top = std::max(top, scores[t]);
+    if (visible != nullptr && !visible[t]) continue;
+    keep[c] = t;
+    top = std::max(top, scores[c++] = dot(q, k + t * ks, d_k) * scale);
   }
   std::fill(out, out + d_k, 0.0f);
-  if (top == -std::numeric_limits<float>::infinity()) return;
-  float total = 0.0f;
-  for (int64_t t = 0; t < T; ++t) total += scores[t] = std::exp(scores[t] - top);
-  const float inv = 1.0f / total;
-  for (int64_t t = 0; t < T; ++t) {
-    const float p = scores[t] * inv;
-    const float* vt = v + t * vs;
+  if (c == 0) return;
+  const float inv = 1.0f / vec::exp_shifted(scores, c, top);
+  for (int64_t j = 0; j < c; ++j) {
+    const float p = scores[j] * inv;
+    const float* vt = v + keep[j] * vs;
     for (int64_t i = 0; i < d_k; ++i) out[i] += p * vt[i];
   }
 }
+
+// Scratch for attend_one's T scores and kept keys, one per thread.
+struct AttendScratch {
+  std::vector<float> scores;
+  std::vector<int64_t> keep;
+  void fit(int64_t T) { scores.resize(T), keep.resize(T); }
+};
 
 // Masked self-attention of one new position per row (§3.2.3) with the key/value cache.
 // qkv (N, 3, h, d_k): this step's projections; old_k/old_v (N', h, t, d_k) or null (first step);
@@ -161,8 +127,8 @@ inline void self_attention(const float* qkv, const float* old_k, const float* ol
                            float* new_v, float* out) {
   const int64_t d = h * d_k, T = t + 1;
   rows(N, h * T * d_k, [&](int64_t n) {
-    thread_local std::vector<float> scores;
-    scores.resize(T);
+    thread_local AttendScratch scratch;
+    scratch.fit(T);
     const int64_t src = kept != nullptr ? kept[n] : n;
     for (int64_t j = 0; j < h; ++j) {
       float* kc = new_k + (n * h + j) * T * d_k;  // (T, d_k)
@@ -174,7 +140,74 @@ inline void self_attention(const float* qkv, const float* old_k, const float* ol
       const float* q = qkv + n * 3 * d + j * d_k;
       std::memcpy(kc + t * d_k, q + d, d_k * sizeof(float));
       std::memcpy(vc + t * d_k, q + 2 * d, d_k * sizeof(float));
-      attend_one(q, kc, vc, T, d_k, d_k, d_k, scale, nullptr, scores.data(), out + n * d + j * d_k);
+      attend_one(q, kc, vc, T, d_k, d_k, d_k, scale, nullptr, scratch.scores.data(), scratch.keep.data(),
+                 out + n * d + j * d_k);
+    }
+  });
+}
+
+// The self-attention keys and values of every step so far (§3.2.3's cache), kept where each step wrote
+// them: per step and layer, keys and values (N_τ, h·d_k) for that step's N_τ rows, and `from` (N, t): which
+// row of step τ each current row continues. A beam reorder then rewrites N·t indices, where a cache of
+// (N, h, t, d_k) tensors copies N·t·d floats for every layer's keys and values.
+struct History {
+  int64_t layers, d, t = 0, n = 0;  // t: steps so far; n: the rows of the last one
+  std::vector<std::vector<float>> keys, values;  // [τ · layers + l]: (N_τ, d)
+  std::vector<int32_t> from;  // (n, t)
+
+  History(int64_t layers, int64_t d) : layers(layers), d(d) {}
+
+  // Start a step of N rows, row i continuing row kept[i] of the last step (kept null: row i, N = n); the
+  // step's keys and values are written by the caller into key(t - 1, l) and value(t - 1, l).
+  void advance(int64_t N, const int64_t* kept) {
+    std::vector<int32_t> next(N * (t + 1));
+    for (int64_t i = 0; i < N; ++i) {
+      const int64_t src = kept != nullptr ? kept[i] : i;
+      TORCH_CHECK(t == 0 || (src >= 0 && src < n), "beam reorder: row ", src, " of ", n);
+      if (t > 0) std::copy(from.begin() + src * t, from.begin() + (src + 1) * t, next.begin() + i * (t + 1));
+      next[i * (t + 1) + t] = static_cast<int32_t>(i);
+    }
+    from.swap(next);
+    for (int64_t l = 0; l < layers; ++l) keys.emplace_back(N * d), values.emplace_back(N * d);
+    ++t, n = N;
+  }
+
+  float* key(int64_t step, int64_t l) { return keys[step * layers + l].data(); }
+  float* value(int64_t step, int64_t l) { return values[step * layers + l].data(); }
+};
+
+// Masked self-attention of one new position per row (§3.2.3) over layer l of a History whose last step
+// (advance) is this one: qkv (N, 3, h, d_k): this step's projections, whose keys and values are stored into
+// it; out (N, h·d_k). The same arithmetic as self_attention.
+inline void self_attention(const float* qkv, History& hist, int64_t l, int64_t h, int64_t d_k, float scale,
+                           float* out) {
+  const int64_t N = hist.n, T = hist.t, d = h * d_k;
+  float* k_now = hist.key(T - 1, l);
+  float* v_now = hist.value(T - 1, l);
+  for (int64_t n = 0; n < N; ++n) {
+    std::memcpy(k_now + n * d, qkv + n * 3 * d + d, d * sizeof(float));
+    std::memcpy(v_now + n * d, qkv + n * 3 * d + 2 * d, d * sizeof(float));
+  }
+  rows(N, h * T * d_k, [&](int64_t n) {
+    thread_local std::vector<float> scores;
+    thread_local std::vector<const float*> ks, vs;
+    scores.resize(T), ks.resize(T), vs.resize(T);
+    for (int64_t tau = 0; tau < T; ++tau) {  // this row's ancestor at each step
+      const int64_t r = hist.from[n * T + tau];
+      ks[tau] = hist.key(tau, l) + r * d, vs[tau] = hist.value(tau, l) + r * d;
+    }
+    for (int64_t j = 0; j < h; ++j) {
+      const float* q = qkv + n * 3 * d + j * d_k;
+      float top = -std::numeric_limits<float>::infinity();
+      for (int64_t tau = 0; tau < T; ++tau) top = std::max(top, scores[tau] = dot(q, ks[tau] + j * d_k, d_k) * scale);
+      const float inv = 1.0f / vec::exp_shifted(scores.data(), T, top);
+      float* o = out + n * d + j * d_k;
+      std::fill(o, o + d_k, 0.0f);
+      for (int64_t tau = 0; tau < T; ++tau) {
+        const float p = scores[tau] * inv;
+        const float* vt = vs[tau] + j * d_k;
+        for (int64_t i = 0; i < d_k; ++i) o[i] += p * vt[i];
+      }
     }
   });
 }
@@ -187,75 +220,99 @@ inline void cross_attention(const float* q, const float* mem_k, const float* mem
                             float scale, float* out) {
   const int64_t d = h * d_k;
   rows(N, h * S * d_k, [&](int64_t n) {
-    thread_local std::vector<float> scores;
-    scores.resize(S);
+    thread_local AttendScratch scratch;
+    scratch.fit(S);
     const int64_t b = n / beam;
     for (int64_t j = 0; j < h; ++j) {
       attend_one(q + n * d + j * d_k, mem_k + b * ks[0] + j * ks[1], mem_v + b * vs[0] + j * vs[1], S, ks[2], vs[2],
-                 d_k, scale,
-                 visible != nullptr ? visible + b * S : nullptr, scores.data(), out + n * d + j * d_k);
+                 d_k, scale, visible != nullptr ? visible + b * S : nullptr, scratch.scores.data(),
+                 scratch.keep.data(), out + n * d + j * d_k);
     }
   });
 }
 
 
-// The k largest of x (n floats), best first, into val/idx (k each, k <= n): one pass that keeps a sorted
-// list and, with AVX-512, skips 16 entries at a time when none beats the current k-th.
-inline void row_topk(const float* x, int64_t n, int64_t k, float* val, int64_t* idx) {
-  int64_t have = 0;
-  auto offer = [&](float v, int64_t i) {
+// The k largest entries of a row, best first, into val/idx (k each): a sorted list that a row's pieces are
+// offered to in order; a piece's entries that do not beat the k-th are skipped, 16 at a time where the CPU
+// has AVX2 or AVX-512. Among equal values the first keeps its place.
+struct TopK {
+  float* val;
+  int64_t* idx;
+  int64_t k, have = 0;
+
+  TopK(float* val, int64_t* idx, int64_t k) : val(val), idx(idx), k(k) {}
+
+  void offer(float v, int64_t i) {
     if (have == k && !(v > val[k - 1])) return;
     int64_t p = have < k ? have++ : k - 1;
     while (p > 0 && v > val[p - 1]) val[p] = val[p - 1], idx[p] = idx[p - 1], --p;
     val[p] = v, idx[p] = i;
-  };
-  int64_t i = 0;
-  for (; i < n && have < k; ++i) offer(x[i], i);
-#if TRANSDUCE_VNNI
-  for (; i + 16 <= n; i += 16) {
-    __mmask16 m = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_set1_ps(val[k - 1]), _CMP_GT_OQ);
-    while (m) {
-      const int j = __builtin_ctz(m);
-      offer(x[i + j], i + j);
-      m &= m - 1;
-    }
   }
-#endif
-  for (; i < n; ++i) offer(x[i], i);
+
+  // x (n floats): the row's entries base, base + 1, ...
+  void scan(const float* x, int64_t n, int64_t base) {
+    int64_t i = 0;
+    for (; i < n && have < k; ++i) offer(x[i], base + i);
+    while ((i = vec::next_above(x, i, n, val[k - 1])) < n) offer(x[i], base + i), ++i;
+  }
+};
+
+// The k largest of x (n floats), best first, into val/idx (k each, k <= n).
+inline void row_topk(const float* x, int64_t n, int64_t k, float* val, int64_t* idx) {
+  TopK(val, idx, k).scan(x, n, 0);
 }
 
+// What beam search needs of each row's next-token distribution (§6.1): z = log Σ exp(logits), the eos
+// logit, and the k largest logits with their tokens (val/tok (N, k)). log p = logit - z.
+struct RowBest {
+  int64_t k;
+  std::vector<float> z, eos_logit, val;
+  std::vector<int64_t> tok;
+  RowBest(int64_t N, int64_t k, int64_t eos)
+      : k(k), z(N), eos_logit(N), val(N * k, -std::numeric_limits<float>::infinity()), tok(N * k, eos) {}
+};
 
-// log Σ exp(x) over n floats: the max, then Σ exp(x - max) with a degree-6 polynomial exp under AVX-512
-// (relative error ~1e-7 on the reduced range |r| <= ln2/2; std::exp elsewhere).
-inline float logsumexp(const float* x, int64_t n) {
-  float top = -std::numeric_limits<float>::infinity();
-  int64_t i = 0;
-#if TRANSDUCE_VNNI
-  __m512 m = _mm512_set1_ps(top);
-  for (; i + 16 <= n; i += 16) m = _mm512_max_ps(m, _mm512_loadu_ps(x + i));
-  top = _mm512_reduce_max_ps(m);
-#endif
-  for (; i < n; ++i) top = std::max(top, x[i]);
-  if (top == -std::numeric_limits<float>::infinity()) return top;
-  float total = 0.0f;
-  i = 0;
-#if TRANSDUCE_VNNI
-  const __m512 vtop = _mm512_set1_ps(top), lo = _mm512_set1_ps(-87.0f), log2e = _mm512_set1_ps(1.44269504f);
-  const __m512 ln2_hi = _mm512_set1_ps(0.693359375f), ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
-  const float c[7] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
-  __m512 acc = _mm512_setzero_ps();
-  for (; i + 16 <= n; i += 16) {
-    const __m512 v = _mm512_max_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vtop), lo);  // (-87, 0]
-    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 r = _mm512_fnmadd_ps(k, ln2_lo, _mm512_fnmadd_ps(k, ln2_hi, v));  // v - k·ln2
-    __m512 p = _mm512_set1_ps(c[0]);
-    for (int j = 1; j < 7; ++j) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c[j]));
-    acc = _mm512_add_ps(acc, _mm512_scalef_ps(p, k));  // p · 2^k
-  }
-  total = _mm512_reduce_add_ps(acc);
-#endif
-  for (; i < n; ++i) total += std::exp(x[i] - top);
-  return top + std::log(total);
+// RowBest of logits (N, V) given as floats: each row read whole.
+inline RowBest best_of_logits(const float* x, int64_t N, int64_t V, int64_t k, int64_t eos) {
+  RowBest best(N, k, eos);
+  rows(N, V, [&](int64_t n) {
+    best.z[n] = logsumexp(x + n * V, V);
+    best.eos_logit[n] = x[n * V + eos];
+    row_topk(x + n * V, V, k, best.val.data() + n * k, best.tok.data() + n * k);
+  });
+  return best;
+}
+
+// RowBest of the pre-softmax projection x (N, d) Wᵀ + b without writing the (N, V) logits: they are made
+// CHUNK columns (L1-sized) at a time for ROWS rows, and each piece goes at once into its row's running
+// log Σ exp and top k. Threads split the rows; each row is computed on its own, as in gemm.
+inline RowBest best_of_projection(const float* x, int64_t N, const Weights& w, int64_t k, int64_t eos) {
+  constexpr int64_t CHUNK = 256, BLOCKS = CHUNK / 16, ROWS = 6;  // ROWS: whole tiles of 3 (AVX2) or 2 + 4 (VNNI)
+  const Quantized q(x, N, w);
+  RowBest best(N, k, eos);
+  const int64_t V = w.out, groups = (N + ROWS - 1) / ROWS;
+  at::parallel_for(0, groups, 1, [&](int64_t a, int64_t b) {
+    const int64_t r0 = a * ROWS, r1 = std::min(N, b * ROWS);
+    std::vector<vec::LogSumExp> lse(r1 - r0);
+    std::vector<TopK> top;
+    for (int64_t r = r0; r < r1; ++r) top.emplace_back(best.val.data() + r * k, best.tok.data() + r * k, k);
+    std::vector<float> piece(ROWS * CHUNK);  // (ROWS, CHUNK)
+    for (int64_t c0 = 0; c0 < V; c0 += CHUNK) {
+      const int64_t width = std::min(CHUNK, V - c0), b0 = c0 / 16;
+      for (int64_t r = r0; r < r1; r += ROWS) {
+        const int64_t rn = std::min<int64_t>(ROWS, r1 - r);
+        block(w, q, r, r + rn, b0, std::min(b0 + BLOCKS, w.n16 / 16), piece.data(), CHUNK);
+        for (int64_t i = 0; i < rn; ++i) {
+          const float* p = piece.data() + i * CHUNK;
+          lse[r + i - r0].add(p, width);
+          top[r + i - r0].scan(p, width, c0);
+          if (eos >= c0 && eos < c0 + width) best.eos_logit[r + i] = p[eos - c0];
+        }
+      }
+    }
+    for (int64_t r = r0; r < r1; ++r) best.z[r] = lse[r - r0].value();
+  });
+  return best;
 }
 
 }  // namespace int8

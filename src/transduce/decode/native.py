@@ -33,7 +33,7 @@ from .search import TOPK_BLOCK
 from .spec import LinearSpec, NormSpec, TransformerSpec, spec_of, unsupported, validated
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
-HEADERS = tuple(SOURCE.with_name(name) for name in ("int8_gemm.h", "int8_step.h"))
+HEADERS = tuple(SOURCE.with_name(name) for name in ("int8_gemm.h", "int8_step.h", "vecmath.h"))
 
 
 @functools.cache
@@ -73,6 +73,24 @@ class DeferredCache(DecoderCache):
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None, beam: int | None = None) -> None:
         if self.layers[0].self_k is not None:
+            self.pending = rows if self.pending is None else self.pending.index_select(0, rows)
+        self.reorder_encoder_side(sentences, beam)
+
+
+@dataclass
+class HistoryCache(DecoderCache):
+    """The int8 C++ step's cache: the self-attention keys/values live in ``history`` (``int8_step.h``:
+    ``History``), each step's rows where that step wrote them, with the row each current row continues at
+    every step. :meth:`reorder` records the kept rows (``pending``, composed if called twice) and the next
+    step rewrites those row indices, where a cache of (N, h, t, d_k) tensors copies every key and value.
+    The encoder side is reordered at once; ``layers[i].self_k``/``self_v`` stay None.
+    """
+
+    history: object = None
+    pending: Tensor | None = None
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None = None, beam: int | None = None) -> None:
+        if self.history.steps > 0:
             self.pending = rows if self.pending is None else self.pending.index_select(0, rows)
         self.reorder_encoder_side(sentences, beam)
 
@@ -169,6 +187,8 @@ class NativeStep(nn.Module):
         super().__init__()
         spec = validated(spec_of(model))
         self.ext, self.config, self.int8 = ext, model.config, int8
+        self.vocab = spec.generator.weight.size(0)
+        self.selects_in_step = int8  # beam search calls step_candidates (search._candidates)
         self._no_rows = torch.empty(0, dtype=torch.long)
         self.decoder = decoder_of(ext, spec, _int8 if int8 else _float)
         self.encoder = encoder_of(ext, spec) if int8 else None
@@ -193,10 +213,11 @@ class NativeStep(nn.Module):
         L = len(self.model.decoder.layers)
         return EncodedKV(out[0], self.model.source_mask(src), out[1 : 1 + L], out[1 + L :])
 
-    def init_cache(self, encoded, beam: int = 1) -> DeferredCache:
+    def init_cache(self, encoded, beam: int = 1) -> DecoderCache:
         if isinstance(encoded, EncodedKV):
             layers = [LayerCache(k, v) for k, v in zip(encoded.keys, encoded.values)]
-            return DeferredCache(layers=layers, memory_mask=encoded.mask, beam=beam)
+            history = self.ext.History(len(layers), encoded.memory.size(-1))
+            return HistoryCache(layers=layers, memory_mask=encoded.mask, beam=beam, history=history)
         return DeferredCache.of(self.model.init_cache(encoded, beam))
 
     def beam_candidates(self, logits: Tensor, scores: Tensor, forced: list[int], k2: int, want: int):
@@ -206,15 +227,31 @@ class NativeStep(nn.Module):
             return self.ext.beam_candidates_fast(logits, scores, rows, k2, want, self.config.eos_id)
         return self.ext.beam_candidates(logits, scores, rows, k2, want, self.config.eos_id, TOPK_BLOCK)
 
-    def decode_step(self, tokens: Tensor, cache: DeferredCache) -> Tensor:
+    def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
         """tokens (N,) -> logits (N, V), as ``Transformer.decode_step``; the cache advances one position
         (and takes the rows a reorder left pending)."""
+        return self._step(self.decoder.step, tokens, cache)[0]
+
+    def step_candidates(self, tokens: Tensor, cache: DecoderCache, scores: Tensor, forced: list[int], want: int):
+        """``decode_step`` then ``beam_candidates`` in one C++ call (int8 only): the step's logits go straight
+        into each row's log Σ exp and best tokens as they are made, never written out (``int8_step.h``:
+        ``best_of_projection``). Returns (top_val, top_row, top_tok), each (slots, c)."""
+        rows = torch.tensor(forced, dtype=torch.long) if forced else self._no_rows
+        k2, eos = min(want, self.vocab), self.config.eos_id
+        out = self._step(lambda *a: self.decoder.step_candidates(*a, scores, rows, k2, want, eos), tokens, cache)
+        return out[0], out[1], out[2]
+
+    def _step(self, run, tokens: Tensor, cache: DecoderCache) -> list[Tensor]:
+        """``run`` (``Decoder.step`` or ``step_candidates``) on the cache: returns its results before the new
+        keys/values, which go into the cache (it advances one position and takes a pending reorder). A
+        :class:`HistoryCache` keeps them in C++."""
         t, L = cache.position, len(cache.layers)
         emb = self.model.tgt_embed
         positions = emb.positions(1, t).to(emb.token.weight.dtype)  # (1, d_model)
-        first = cache.layers[0].self_k is None
-        pending = cache.pending if isinstance(cache, DeferredCache) else None  # a plain cache reorders at once
-        out = self.decoder.step(
+        history = cache.history if isinstance(cache, HistoryCache) else None
+        first = history is not None or cache.layers[0].self_k is None
+        pending = getattr(cache, "pending", None)  # a plain DecoderCache reorders at once
+        out = run(
             tokens,
             positions,
             [] if first else [c.self_k for c in cache.layers],
@@ -224,13 +261,16 @@ class NativeStep(nn.Module):
             cache.memory_mask,
             cache.beam,
             pending,
+            history,
         )
         if pending is not None:
             cache.pending = None
-        for i, layer in enumerate(cache.layers):
-            layer.self_k, layer.self_v = out[1 + i], out[1 + L + i]
+        head = len(out) - (0 if history is not None else 2 * L)
+        if history is None:
+            for i, layer in enumerate(cache.layers):
+                layer.self_k, layer.self_v = out[head + i], out[head + L + i]
         cache.position += 1
-        return out[0]
+        return out[:head]
 
 
 def native_step(model: nn.Module, int8: bool = False) -> NativeStep | None:

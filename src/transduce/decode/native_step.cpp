@@ -148,25 +148,44 @@ struct Decoder {
                 this->norms.size());
   }
 
-  std::vector<Tensor> step_int8(const Tensor& tokens, const Tensor& positions, const std::vector<Tensor>& self_k,
-                                const std::vector<Tensor>& self_v, const std::vector<Tensor>& memory_k,
-                                const std::vector<Tensor>& memory_v, const Tensor& memory_mask, int64_t beam,
-                                const c10::optional<Tensor>& rows) const;
+  // The int8 step up to the pre-softmax projection: {x (N, d), new self_k..., new self_v...}.
+  std::vector<Tensor> hidden_int8(const Tensor& tokens, const Tensor& positions, const std::vector<Tensor>& self_k,
+                                  const std::vector<Tensor>& self_v, const std::vector<Tensor>& memory_k,
+                                  const std::vector<Tensor>& memory_v, const Tensor& memory_mask, int64_t beam,
+                                  const c10::optional<Tensor>& rows, int8::History* history) const;
+
+  // The int8 step fused with beam search's candidate selection (beam_candidates_fast): the logits are folded
+  // into each row's log Σ exp and k2 best as the projection makes them (int8::best_of_projection), never
+  // written. Arguments as step, then beam_candidates_fast's. Returns {top_val, top_row, top_tok, new
+  // self_k..., new self_v...}.
+  std::vector<Tensor> step_candidates(const Tensor& tokens, const Tensor& positions, const std::vector<Tensor>& self_k,
+                                      const std::vector<Tensor>& self_v, const std::vector<Tensor>& memory_k,
+                                      const std::vector<Tensor>& memory_v, const Tensor& memory_mask, int64_t beam,
+                                      const c10::optional<Tensor>& rows, int8::History* history, const Tensor& scores,
+                                      const Tensor& forced, int64_t k2, int64_t want, int64_t eos) const;
 
   // tokens (N,) long; positions (1, d_model): this step's positional encoding, in the model's dtype.
   // self_k/self_v: per layer (N', h, t, d_k), empty lists at the first step; rows (N,): which of their N'
   // rows to keep, in order (a beam reorder left for this step; none: all, N = N'); memory_k/memory_v: per
   // layer (B, h, S, d_k); memory_mask (B, 1, 1, S) bool. Returns {logits (N, V), new self_k..., new self_v...}.
+  // history (int8 only; null: none): the self-attention cache as an int8::History in place of self_k/self_v
+  // (empty lists then); it takes this step and the reorder `rows`, and no keys/values are returned.
   std::vector<Tensor> step(const Tensor& tokens, const Tensor& positions, const std::vector<Tensor>& self_k,
                            const std::vector<Tensor>& self_v, const std::vector<Tensor>& memory_k,
                            const std::vector<Tensor>& memory_v, const Tensor& memory_mask, int64_t beam,
-                           const c10::optional<Tensor>& rows) const {
+                           const c10::optional<Tensor>& rows, int8::History* history) const {
     at::NoGradGuard no_grad;
     const int64_t N = tokens.size(0);
     const size_t layers = memory_k.size();
     TORCH_CHECK(layers * LINEARS == linears.size(), "the cache has ", layers, " layers, the decoder ",
                 linears.size() / LINEARS);
-    if (generator.q) return step_int8(tokens, positions, self_k, self_v, memory_k, memory_v, memory_mask, beam, rows);
+    TORCH_CHECK(history == nullptr || generator.q, "a History cache is for the int8 step");
+    if (generator.q) {
+      std::vector<Tensor> out =
+          hidden_int8(tokens, positions, self_k, self_v, memory_k, memory_v, memory_mask, beam, rows, history);
+      out[0] = generator(out[0]);  // (N, V)
+      return out;
+    }
     Tensor x = at::embedding(token_weight, tokens.unsqueeze(1)) * embed_scale + positions;  // (N, 1, d)
     const int64_t d = x.size(-1), d_k = d / n_heads;
     std::vector<Tensor> out{Tensor()};
@@ -214,6 +233,21 @@ struct Decoder {
     return out;
   }
 };
+
+// vecmath.h's GELU and log Σ exp over the last dimension of a float tensor (tests).
+Tensor vec_gelu(const Tensor& x) {
+  Tensor y = x.to(at::kFloat).contiguous().clone();
+  vec::gelu(y.data_ptr<float>(), y.numel());
+  return y;
+}
+
+Tensor vec_logsumexp(const Tensor& x) {
+  Tensor x2 = x.to(at::kFloat).contiguous();
+  const int64_t V = x2.size(-1), N = x2.numel() / V;
+  Tensor z = at::empty({N}, x2.options());
+  for (int64_t n = 0; n < N; ++n) z.data_ptr<float>()[n] = vec::logsumexp(x2.data_ptr<float>() + n * V, V);
+  return z;
+}
 
 // The int8 encoder (§3.1) and each decoder layer's encoder-decoder keys/values, computed once per batch:
 // int8_gemm.h's GEMMs and int8_step.h's loops, fp32 activations. Per layer, `linears` holds 4 maps
@@ -271,13 +305,13 @@ struct Encoder {
       residual(nrm, [&](const float* in) {
         int8::gemm(in, M, *lin[0].q, qp);  // (B, S, 3, h, d_k)
         int8::rows(M, h * S * d_k, [&](int64_t m) {  // query position m = b·S + i
-          thread_local std::vector<float> scores;
-          scores.resize(S);
+          thread_local int8::AttendScratch scratch;
+          scratch.fit(S);
           const int64_t b = m / S;
           for (int64_t j = 0; j < h; ++j) {
             const float* base = qp + b * S * 3 * d + j * d_k;  // this head's q of position 0
             int8::attend_one(qp + m * 3 * d + j * d_k, base + d, base + 2 * d, S, 3 * d, 3 * d, d_k, scale,
-                             visible.get() + b * S, scores.data(), ap + m * d + j * d_k);
+                             visible.get() + b * S, scratch.scores.data(), scratch.keep.data(), ap + m * d + j * d_k);
           }
         });
         int8::gemm(ap, M, *lin[1].q, yp);
@@ -298,14 +332,15 @@ struct Encoder {
 };
 
 // The int8 step: int8_gemm.h's GEMMs, int8_step.h's loops for everything else, fp32 activations and
-// caches. Same arguments and results as Decoder::step.
-std::vector<Tensor> Decoder::step_int8(const Tensor& tokens, const Tensor& positions,
+// caches. Same arguments as Decoder::step; the decoder's output x (N, d) in place of the logits.
+std::vector<Tensor> Decoder::hidden_int8(const Tensor& tokens, const Tensor& positions,
                                        const std::vector<Tensor>& self_k, const std::vector<Tensor>& self_v,
                                        const std::vector<Tensor>& memory_k, const std::vector<Tensor>& memory_v,
                                        const Tensor& memory_mask, int64_t beam,
-                                       const c10::optional<Tensor>& rows) const {
+                                       const c10::optional<Tensor>& rows, int8::History* history) const {
   const int64_t N = tokens.size(0), d = token_weight.size(1), h = n_heads, d_k = d / h;
   const int64_t t = self_k.empty() ? 0 : self_k[0].size(2), S = memory_k[0].size(2), B = N / beam;
+  TORCH_CHECK(history == nullptr || self_k.empty(), "give the self-attention cache as tensors or as a History");
   const size_t layers = memory_k.size();
   const float scale = static_cast<float>(attn_scale), e = static_cast<float>(eps);
   TORCH_CHECK(token_weight.scalar_type() == at::kFloat, "the int8 step runs an fp32 model");
@@ -330,6 +365,11 @@ std::vector<Tensor> Decoder::step_int8(const Tensor& tokens, const Tensor& posit
   if (rows.has_value()) kept = rows->to(at::kLong).contiguous();
   const int64_t* kept_rows = kept.defined() ? kept.data_ptr<int64_t>() : nullptr;
   std::vector<Tensor> out{Tensor()}, new_v;
+  if (history != nullptr) {
+    TORCH_CHECK(history->layers == static_cast<int64_t>(layers) && history->d == d, "the History is for ",
+                history->layers, " layers of width ", history->d);
+    history->advance(N, kept_rows);
+  }
 
   auto residual = [&](const Tensor* norm, auto&& sublayer) {  // sublayer(in) writes ybuf
     int8::residual(pre_norm, xp, hp, yp, norm[0].data_ptr<float>(), norm[1].data_ptr<float>(), N, d, e, sublayer);
@@ -337,16 +377,24 @@ std::vector<Tensor> Decoder::step_int8(const Tensor& tokens, const Tensor& posit
   for (size_t l = 0; l < layers; ++l) {
     const Linear* lin = linears.data() + l * LINEARS;
     const Tensor* nrm = norms.data() + l * NORMS;
-    Tensor k_new = at::empty({N, h, t + 1, d_k}, opts), v_new = at::empty({N, h, t + 1, d_k}, opts);
-    residual(nrm, [&](const float* in) {
-      int8::gemm(in, N, *lin[0].q, qkvp);  // (N, 3, h, d_k)
-      Tensor k_old = t > 0 ? self_k[l].contiguous() : Tensor(), v_old = t > 0 ? self_v[l].contiguous() : Tensor();
-      int8::self_attention(qkvp, t > 0 ? k_old.data_ptr<float>() : nullptr, t > 0 ? v_old.data_ptr<float>() : nullptr,
-                           kept_rows, N, h, t, d_k, scale, k_new.data_ptr<float>(), v_new.data_ptr<float>(), ap);
-      int8::gemm(ap, N, *lin[1].q, yp);
-    });
-    out.push_back(k_new);
-    new_v.push_back(v_new);
+    if (history != nullptr) {
+      residual(nrm, [&](const float* in) {
+        int8::gemm(in, N, *lin[0].q, qkvp);  // (N, 3, h, d_k)
+        int8::self_attention(qkvp, *history, l, h, d_k, scale, ap);
+        int8::gemm(ap, N, *lin[1].q, yp);
+      });
+    } else {
+      Tensor k_new = at::empty({N, h, t + 1, d_k}, opts), v_new = at::empty({N, h, t + 1, d_k}, opts);
+      residual(nrm, [&](const float* in) {
+        int8::gemm(in, N, *lin[0].q, qkvp);  // (N, 3, h, d_k)
+        Tensor k_old = t > 0 ? self_k[l].contiguous() : Tensor(), v_old = t > 0 ? self_v[l].contiguous() : Tensor();
+        int8::self_attention(qkvp, t > 0 ? k_old.data_ptr<float>() : nullptr, t > 0 ? v_old.data_ptr<float>() : nullptr,
+                             kept_rows, N, h, t, d_k, scale, k_new.data_ptr<float>(), v_new.data_ptr<float>(), ap);
+        int8::gemm(ap, N, *lin[1].q, yp);
+      });
+      out.push_back(k_new);
+      new_v.push_back(v_new);
+    }
     residual(nrm + 2, [&](const float* in) {
       int8::gemm(in, N, *lin[2].q, qkvp);  // (N, h·d_k)
       const Tensor& mk = memory_k[l];
@@ -362,7 +410,7 @@ std::vector<Tensor> Decoder::step_int8(const Tensor& tokens, const Tensor& posit
   }
   if (final_w.has_value())
     int8::add_layer_norm(xp, nullptr, final_w->data_ptr<float>(), final_b->data_ptr<float>(), N, d, e);
-  out[0] = generator(x);  // (N, V)
+  out[0] = x;  // (N, d)
   out.insert(out.end(), new_v.begin(), new_v.end());
   return out;
 }
@@ -402,46 +450,72 @@ std::vector<Tensor> beam_candidates(const Tensor& logits, const Tensor& scores, 
   return {top_val, top_row, top_tok};
 }
 
-// beam_candidates for the int8 step, in loops: log p = logit - logsumexp(row); each row's k2 best by one
-// scan (int8::row_topk), then the slot's `want` best of its R·k2. The same selection as beam_candidates,
-// with fp32 rounding of its own. Returns {top_val, top_row, top_tok}, each (S, c) with c = min(want, R·k2).
-std::vector<Tensor> beam_candidates_fast(const Tensor& logits, const Tensor& scores, const Tensor& forced,
-                                         int64_t k2, int64_t want, int64_t eos) {
-  at::NoGradGuard no_grad;
-  Tensor lg = logits.to(at::kFloat).contiguous(), sc = scores.to(at::kFloat).contiguous();
-  const int64_t N = lg.size(0), V = lg.size(1), S = sc.size(0), R = sc.size(1), c = std::min(want, R * k2);
-  const float *x = lg.data_ptr<float>(), *s = sc.data_ptr<float>();
-  std::vector<float> z(N);
+// The second half of beam_candidates in loops, from each row's RowBest (int8_step.h): log p = logit - z;
+// at the length limit (forced (F,) long) a row offers eos alone; then each slot's `want` best of its R·k2
+// candidates (score + log p). scores (S, R) fp32. Returns {top_val, top_row, top_tok}, each (S, c) with
+// c = min(want, R·k2), best first (ties: the earlier row and rank).
+std::vector<Tensor> select_candidates(int8::RowBest& best, const Tensor& scores, const Tensor& forced, int64_t want,
+                                      int64_t eos) {
+  Tensor sc = scores.to(at::kFloat).contiguous(), fr = forced.to(at::kLong).contiguous();
+  const int64_t S = sc.size(0), R = sc.size(1), N = S * R, k2 = best.k, c = std::min(want, R * k2);
+  TORCH_CHECK(static_cast<int64_t>(best.z.size()) == N, "scores (", S, ", ", R, ") do not match ", best.z.size(),
+              " decoder rows");
+  const float* s = sc.data_ptr<float>();
   std::vector<char> at_limit(N, 0);
-  Tensor fr = forced.to(at::kLong).contiguous();
   for (int64_t i = 0; i < fr.numel(); ++i) at_limit[fr.data_ptr<int64_t>()[i]] = 1;
-  std::vector<float> val(N * k2, -std::numeric_limits<float>::infinity());
-  std::vector<int64_t> tok(N * k2, eos);
-  int8::rows(N, V, [&](int64_t n) {
-    z[n] = int8::logsumexp(x + n * V, V);
+  for (int64_t n = 0; n < N; ++n) {
+    float* val = best.val.data() + n * k2;
     if (at_limit[n]) {  // at the length limit only eos may follow
-      val[n * k2] = x[n * V + eos] - z[n];
-      return;
+      std::fill(val, val + k2, -std::numeric_limits<float>::infinity());
+      std::fill(best.tok.data() + n * k2, best.tok.data() + (n + 1) * k2, eos);
+      val[0] = best.eos_logit[n] - best.z[n];
+    } else {
+      for (int64_t j = 0; j < k2; ++j) val[j] -= best.z[n];
     }
-    int8::row_topk(x + n * V, V, k2, val.data() + n * k2, tok.data() + n * k2);
-    for (int64_t j = 0; j < k2; ++j) val[n * k2 + j] -= z[n];
-  });
+  }
   Tensor top_val = at::empty({S, c}, sc.options()), top_row = at::empty({S, c}, fr.options());
   Tensor top_tok = at::empty({S, c}, fr.options());
   std::vector<int64_t> order(R * k2);
   std::vector<float> cand(R * k2);
   for (int64_t slot = 0; slot < S; ++slot) {
-    for (int64_t j = 0; j < R * k2; ++j) cand[j] = s[slot * R + j / k2] + val[slot * R * k2 + j], order[j] = j;
+    for (int64_t j = 0; j < R * k2; ++j) cand[j] = s[slot * R + j / k2] + best.val[slot * R * k2 + j], order[j] = j;
     std::partial_sort(order.begin(), order.begin() + c, order.end(), [&](int64_t a, int64_t b) {
       return cand[a] > cand[b] || (cand[a] == cand[b] && a < b);
     });
     for (int64_t j = 0; j < c; ++j) {
       top_val.data_ptr<float>()[slot * c + j] = cand[order[j]];
       top_row.data_ptr<int64_t>()[slot * c + j] = order[j] / k2;
-      top_tok.data_ptr<int64_t>()[slot * c + j] = tok[slot * R * k2 + order[j]];
+      top_tok.data_ptr<int64_t>()[slot * c + j] = best.tok[slot * R * k2 + order[j]];
     }
   }
   return {top_val, top_row, top_tok};
+}
+
+// beam_candidates for the int8 step, in loops: each row's z = logsumexp and k2 best by one scan
+// (int8::best_of_logits), then select_candidates. The same selection as beam_candidates, with fp32
+// rounding of its own. Returns {top_val, top_row, top_tok}, each (S, c) with c = min(want, R·k2).
+std::vector<Tensor> beam_candidates_fast(const Tensor& logits, const Tensor& scores, const Tensor& forced,
+                                         int64_t k2, int64_t want, int64_t eos) {
+  at::NoGradGuard no_grad;
+  Tensor lg = logits.to(at::kFloat).contiguous();
+  int8::RowBest best = int8::best_of_logits(lg.data_ptr<float>(), lg.size(0), lg.size(1), k2, eos);
+  return select_candidates(best, scores, forced, want, eos);
+}
+
+std::vector<Tensor> Decoder::step_candidates(const Tensor& tokens, const Tensor& positions,
+                                             const std::vector<Tensor>& self_k, const std::vector<Tensor>& self_v,
+                                             const std::vector<Tensor>& memory_k, const std::vector<Tensor>& memory_v,
+                                             const Tensor& memory_mask, int64_t beam, const c10::optional<Tensor>& rows,
+                                             int8::History* history, const Tensor& scores, const Tensor& forced,
+                                             int64_t k2, int64_t want, int64_t eos) const {
+  at::NoGradGuard no_grad;
+  TORCH_CHECK(generator.q, "step_candidates runs the int8 step");
+  std::vector<Tensor> out =
+      hidden_int8(tokens, positions, self_k, self_v, memory_k, memory_v, memory_mask, beam, rows, history);
+  int8::RowBest best = int8::best_of_projection(out[0].data_ptr<float>(), out[0].size(0), *generator.q, k2, eos);
+  std::vector<Tensor> top = select_candidates(best, scores, forced, want, eos);
+  top.insert(top.end(), out.begin() + 1, out.end());
+  return top;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -450,10 +524,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("has_vnni", &int8::has_vnni, "whether the AVX-512 VNNI int8 kernel is compiled in");
   m.def("has_avx2_kernel", &int8::has_avx2_kernel, "whether the AVX2 int8 kernel (no VNNI) is compiled in");
   m.def("beam_candidates", &beam_candidates, "beam search's candidate selection after a decoder step");
+  m.def("vec_gelu", &vec_gelu, "vecmath.h's GELU (tests)");
+  m.def("vec_logsumexp", &vec_logsumexp, "vecmath.h's log sum exp over the last dimension (tests)");
   pybind11::class_<Linear>(m, "Linear")
       .def_static("floating", &Linear::floating, "a float map of w (out, in) as nn.Linear.weight, optional bias")
       .def_static("int8", &Linear::int8, "an int8 map (int8_gemm.h) of w (out, in) and an optional bias")
       .def("__call__", &Linear::operator(), "y = x Wᵀ + b over the last dimension");
+  pybind11::class_<int8::History>(m, "History")
+      .def(pybind11::init<int64_t, int64_t>(), pybind11::arg("layers"), pybind11::arg("d_model"))
+      .def_readonly("steps", &int8::History::t, "steps taken so far");
   pybind11::class_<Encoder>(m, "Encoder")
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, std::vector<Linear>, Tensor, double,
                           c10::optional<Tensor>, c10::optional<Tensor>, int64_t, double, bool, double, int64_t,
@@ -471,5 +550,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            pybind11::arg("token_weight"), pybind11::arg("embed_scale"), pybind11::arg("final_w"),
            pybind11::arg("final_b"), pybind11::arg("n_heads"), pybind11::arg("attn_scale"),
            pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("activation"))
-      .def("step", &Decoder::step, "one incremental Transformer decoder step");
+      .def("step", &Decoder::step, "one incremental Transformer decoder step")
+      .def("step_candidates", &Decoder::step_candidates, "the int8 step and beam search's candidate selection");
 }

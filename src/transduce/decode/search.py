@@ -120,8 +120,11 @@ def _candidates(model, tokens: Tensor, cache, scores: Tensor, forced: list[int],
 
     ``scores`` (slots, rows) are the live beams' log-probabilities; ``forced`` lists the decoder rows at
     their length limit, where only eos may follow. A decoder with a ``beam_candidates`` method (the C++
-    step) does this selection in one call, with the same ops.
+    step) does this selection in one call, with the same ops; one with ``selects_in_step`` (the int8 C++
+    step) does the step and the selection in one call, ``step_candidates``.
     """
+    if getattr(model, "selects_in_step", False):
+        return model.step_candidates(tokens, cache, scores, forced, want)
     logits = model.decode_step(tokens, cache)  # (N, V), N = slots·rows
     k2 = min(want, logits.size(-1))
     fused = getattr(model, "beam_candidates", None)
