@@ -56,18 +56,18 @@ def test_training_runs_under_jemalloc_where_it_is_chosen_and_without_it_when_tol
         pytest.skip("no libjemalloc.so.2 here (`make setup` fetches one on Debian-like systems)")
     default = _train(write_config(tmp_path / "d.toml", data_dir, tmp_path / "d", max_steps=2))
     if native_bf16_cpu():
-        assert "allocator: jemalloc" in default
+        assert "allocator=jemalloc" in default
     else:
-        assert "allocator: the C library's malloc (the CPU has no native bf16" in default
+        assert "allocator=malloc (the CPU has no native bf16" in default
     config = write_config(tmp_path / "a.toml", data_dir, tmp_path / "a", max_steps=2)
     out = _train(config, TRANSDUCE_JEMALLOC=str(found))  # named: preloaded on any CPU
-    assert "allocator: jemalloc" in out
+    assert "allocator=jemalloc" in out
     off = _train(write_config(tmp_path / "b.toml", data_dir, tmp_path / "b", max_steps=2), TRANSDUCE_JEMALLOC="0")
-    assert "allocator: the C library's malloc" in off
+    assert "allocator=malloc (TRANSDUCE_JEMALLOC=0)" in off
 
 
 def test_a_library_that_cannot_be_preloaded_is_tried_once_and_training_goes_on(data_dir, tmp_path):  # noqa: F811
     fake = tmp_path / "libjemalloc.so.2"
     fake.write_text("not a shared library\n")
     out = _train(write_config(tmp_path / "c.toml", data_dir, tmp_path / "c", max_steps=2), TRANSDUCE_JEMALLOC=str(fake))
-    assert f"allocator: the C library's malloc ({fake} could not be preloaded)" in out and "step 2/2" in out
+    assert f"allocator=malloc ({fake} could not be preloaded)" in out and "step 2/2" in out
