@@ -83,6 +83,12 @@ def test_every_target_is_served_as_offline(models, tmp_path, capsys):
         html = f"<p>{TEXTS[0]} <b>{TEXTS[1]}</b></p>"
         r = c.post("/translate", json={"q": html, "source": "en", "target": "fra", "format": "html"})
         assert r.json() == {"translatedText": translate_html(offline, html, beam=4, target_lang="fra")}
+        # a LibreTranslate client's two-letter codes (and three-letter ones) reach the model by standard form;
+        # a pair served as written stays first: "fr" is the one-language en-fr model, not >>fra<<
+        r = c.post("/translate", json={"q": TEXTS, "source": "eng", "target": "de"})
+        assert r.json() == {"translatedText": got["deu"]}
+        r = c.post("/v1/translate", json={"text": TEXTS[:2], "source": "en", "target": "de", "beam": 2})
+        assert r.json() == {"translations": offline.translate(TEXTS[:2], beam=2, target_lang="deu")}
         r = c.post("/translate", json={"q": "the dog", "source": "en", "target": "spa"})
         assert r.status_code == 400
         assert r.json() == {"error": "no model translates 'en' to 'spa'; this server has: en-deu, en-fr, en-fra"}
@@ -134,3 +140,19 @@ def test_alignments_skip_the_language_token(models):
     translator = load(models["en-mul"])
     (result,) = translator.translate(TEXTS[:1], beam=1, target_lang="deu", alignments="cover")
     assert {i for i, _ in result.alignment} == set(range(len(TEXTS[0].split())))  # every word, none beyond
+
+
+def test_codes_match_by_standard_form_and_pairs_as_written_win():
+    from transduce.serve.registry import aliases, language_key
+
+    assert [language_key(c) for c in ("fra", "fr", "deu", "zho_Hans", "pt_BR", "mul", "xx-!")] == [
+        "fr",
+        "fr",
+        "de",
+        "zh-hans",
+        "pt-br",
+        "mul",
+        "xx-!",
+    ]
+    served = {("en", "fr"): "en-fr", ("en", "fra"): "en-mul", ("en", "deu"): "en-mul"}
+    assert aliases(served) == {("en", "fr"): ("en", "fr"), ("en", "de"): ("en", "deu")}

@@ -20,6 +20,10 @@ When two models serve one pair, a one-language model is chosen before a multilin
 otherwise the one listed first (in the TOML, or by directory name); two one-language models for
 one pair are an error.
 
+A request's codes are matched as written first, then in their shortest standard form (BCP 47, by
+``langcodes``), so a LibreTranslate client asking for ``fr`` reaches a model whose token is ``>>fra<<``
+(and ``deu`` a model served as ``de``).
+
 :class:`ModelPool` loads a model on its first request and keeps loaded models within a memory
 budget: before loading another it unloads the least recently used models that no request is using.
 """
@@ -33,6 +37,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import langcodes
 
 from ..config import ConfigError, read_toml
 from ..decode import DTYPES
@@ -202,6 +208,23 @@ def model_bytes(translator, fallback: int) -> int:
     return sum(t.numel() * t.element_size() for t in tensors) or fallback
 
 
+def language_key(code: str) -> str:
+    """``code`` in its shortest standard form: "fra" and "fr" -> "fr", "zho_Hans" -> "zh-hans"; a code
+    langcodes cannot read is kept as it is (lowercased)."""
+    try:
+        return langcodes.standardize_tag(code).lower()
+    except ValueError:  # langcodes' LanguageTagError
+        return code.lower()
+
+
+def aliases(by_pair: dict[tuple[str, str], ModelSpec]) -> dict[tuple[str, str], tuple[str, str]]:
+    """Each served pair under its codes' standard forms; where two pairs share them, the one routes() put first."""
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for source, target in by_pair:
+        out.setdefault((language_key(source), language_key(target)), (source, target))
+    return out
+
+
 class ModelPool:
     """Routes pairs to specs and keeps at most ``budget_bytes`` of models loaded (0: no limit).
 
@@ -213,6 +236,7 @@ class ModelPool:
         check_unique(specs, "models")
         self.specs = {s.name: s for s in specs}
         self.by_pair = routes(specs)
+        self.aliases = aliases(self.by_pair)
         self.load, self.make_batcher, self.budget = load, make_batcher, budget_bytes
         self.loaded: OrderedDict[str, Loaded] = OrderedDict()  # least recently used first
         self.loads = self.evictions = 0
@@ -221,6 +245,12 @@ class ModelPool:
         self._reserved = 0
 
     # ---------------------------------------------------------------- routing
+    def resolve(self, source: str, target: str) -> tuple[str, str]:
+        """The served pair a request's ``source`` and ``target`` name: as written, else by standard form."""
+        if (source, target) in self.by_pair:
+            return source, target
+        return self.aliases.get((language_key(source), language_key(target)), (source, target))
+
     def route(self, source: str, target: str) -> ModelSpec:
         spec = self.by_pair.get((source, target))
         if spec is None:

@@ -79,6 +79,7 @@ class Service:
                 return spec, spec.target_lang(None)
             if not source or not target:
                 raise Rejected(400, "name both 'source' and 'target' languages (this server has several models)")
+            source, target = self.pool.resolve(source, target)  # "fr" reaches a model served as "fra"
             spec = self.pool.route(source, target)
             return spec, spec.target_lang(target)
         except NoModel as e:
