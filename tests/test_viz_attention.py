@@ -130,3 +130,20 @@ def test_cli_errors(model_dir, tmp_path, capsys):
     assert "--layer 9" in capsys.readouterr().err
     assert main(["attention", "--model", str(model_dir), "A dog.", "--out", str(tmp_path / "x.jpg")]) == 2
     assert ".png or .html" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", ["fp32-native", "int8-native"])
+def test_a_cpp_step_backend_draws_attention_and_places_tags(tiny_model_dir, backend):
+    """What `auto` picks where backends.json vouches for int8: attention pages, the server's hover and HTML
+    tag placement read the weights of the PyTorch model the C++ step steps for."""
+    from transduce import load
+    from transduce.decode.markup import translate_html
+    from transduce.viz.attention import sentence_attention
+
+    translator = load(tiny_model_dir, backend=backend)
+    assert translator.fast_paths.decoder.name == backend, translator.fast_paths.line()
+    maps = sentence_attention(translator, "The king sent his servants.", beam=2)
+    assert maps.translation == translator.translate(["The king sent his servants."], beam=2)[0]
+    assert maps.cross.shape[-2:] == (len(maps.target_out), len(maps.source))
+    html = translate_html(translator, "The <b>king</b> sent his servants.", beam=2)
+    assert html.count("<b>") == 1 and html.count("</b>") == 1

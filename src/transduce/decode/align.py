@@ -54,8 +54,14 @@ def pharaoh(pairs: Alignment) -> str:
 
 
 def check_model(model) -> Transformer:
+    """The PyTorch model whose attention weights a translator's ``model`` gives: itself, or for a C++ step
+    (``*-native`` backends, which record no weights) the PyTorch model of the same dtype it steps for."""
+    from .native import NativeStep
+
+    if isinstance(model, NativeStep):
+        model = model.model
     if not isinstance(model, Transformer):
-        raise ValueError("alignments need a single PyTorch model: not an ensemble and not the --native C++ step")
+        raise ValueError("attention weights and alignments need a single model, not an ensemble")
     return model
 
 

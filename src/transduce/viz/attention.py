@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..decode.align import check_model
 from ..model import Transformer
 from .figure import plt, save_png
 
@@ -127,9 +128,7 @@ def sentence_attention(translator, sentence: str, beam: int = 4, target_lang: st
     >>> maps = sentence_attention(transduce.load("model"), "A dog runs.", beam=4)  # doctest: +SKIP
     >>> maps.cross.shape   # (decoder layers, heads, output pieces + 1, source pieces + 1)  # doctest: +SKIP
     """
-    model, vocabs = translator.model, translator.vocabs
-    if not isinstance(model, Transformer):
-        raise ValueError("attention weights need a single model, not an ensemble")
+    model, vocabs = check_model(translator.model), translator.vocabs
     src_ids = vocabs.src.encode(sentence)
     if not src_ids:
         raise ValueError("the sentence is empty after subword encoding")
