@@ -29,7 +29,8 @@ inline void rows(int64_t N, int64_t work, const F& f) {
   });
 }
 
-// The loops' fp32 math (vecmath.h): vectorised where the CPU allows, one row at a time.
+// The loops' fp32 math (vecmath.h): vectorised where the CPU allows, one row at a time, the same bits on
+// every SIMD level.
 using vec::dot;
 using vec::logsumexp;
 using vec::sum;
@@ -78,8 +79,8 @@ inline void feed_forward(const float* x, int64_t M, const Weights& w1, const Wei
     case Activation::gelu:  // x Φ(x)
       vec::gelu(hidden, n);
       break;
-    case Activation::swish:
-      for (int64_t i = 0; i < n; ++i) hidden[i] = hidden[i] / (1.0f + std::exp(-hidden[i]));  // x σ(x)
+    case Activation::swish:  // x σ(x)
+      vec::swish(hidden, n);
       break;
     case Activation::relu:
       for (int64_t i = 0; i < n; ++i) hidden[i] = std::max(hidden[i], 0.0f);

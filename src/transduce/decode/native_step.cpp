@@ -234,12 +234,46 @@ struct Decoder {
   }
 };
 
-// vecmath.h's GELU and log Σ exp over the last dimension of a float tensor (tests).
-Tensor vec_gelu(const Tensor& x) {
+// vecmath.h's element-wise functions ("exp", "gelu", "swish"), its reductions over the last dimension
+// ("sum", "sum_squares" about 0.5, "dot" of each row with itself, "logsumexp") of a float tensor, and the
+// SIMD level it was compiled for (tests).
+Tensor vec_map(const Tensor& x, const std::string& name) {
   Tensor y = x.to(at::kFloat).contiguous().clone();
-  vec::gelu(y.data_ptr<float>(), y.numel());
+  float* p = y.data_ptr<float>();
+  const int64_t n = y.numel();
+  if (name == "gelu") {
+    vec::gelu(p, n);
+  } else if (name == "swish") {
+    vec::swish(p, n);
+  } else {
+    TORCH_CHECK(name == "exp", "vec_map: unknown function '", name, "'");
+    vec::exp_shifted(p, n, 0.0f);
+  }
   return y;
 }
+
+Tensor vec_reduce(const Tensor& x, const std::string& name) {
+  Tensor x2 = x.to(at::kFloat).contiguous();
+  const int64_t V = x2.size(-1), N = x2.numel() / V;
+  Tensor z = at::empty({N}, x2.options());
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = x2.data_ptr<float>() + n * V;
+    float& out = z.data_ptr<float>()[n];
+    if (name == "sum") {
+      out = vec::sum(row, V);
+    } else if (name == "sum_squares") {
+      out = vec::sum_squares(row, 0.5f, V);
+    } else if (name == "dot") {
+      out = vec::dot(row, row, V);
+    } else {
+      TORCH_CHECK(name == "logsumexp", "vec_reduce: unknown reduction '", name, "'");
+      out = vec::logsumexp(row, V);
+    }
+  }
+  return z;
+}
+
+Tensor vec_gelu(const Tensor& x) { return vec_map(x, "gelu"); }
 
 Tensor vec_logsumexp(const Tensor& x) {
   Tensor x2 = x.to(at::kFloat).contiguous();
@@ -525,15 +559,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("has_avx2_kernel", &int8::has_avx2_kernel, "whether the AVX2 int8 kernel (no VNNI) is compiled in");
   m.def("beam_candidates", &beam_candidates, "beam search's candidate selection after a decoder step");
   m.def("vec_gelu", &vec_gelu, "vecmath.h's GELU (tests)");
+  m.def("vec_map", &vec_map, "vecmath.h's exp, gelu or swish, element-wise (tests)");
+  m.def("vec_reduce", &vec_reduce, "vecmath.h's sum, sum_squares, dot or logsumexp of each row (tests)");
+  m.def("vec_level", &vec::level, "the SIMD level vecmath.h was compiled for");
   m.def("vec_logsumexp", &vec_logsumexp, "vecmath.h's log sum exp over the last dimension (tests)");
-  pybind11::class_<Linear>(m, "Linear")
+  pybind11::class_<Linear>(m, "Linear", pybind11::module_local())
       .def_static("floating", &Linear::floating, "a float map of w (out, in) as nn.Linear.weight, optional bias")
       .def_static("int8", &Linear::int8, "an int8 map (int8_gemm.h) of w (out, in) and an optional bias")
       .def("__call__", &Linear::operator(), "y = x Wᵀ + b over the last dimension");
-  pybind11::class_<int8::History>(m, "History")
+  pybind11::class_<int8::History>(m, "History", pybind11::module_local())
       .def(pybind11::init<int64_t, int64_t>(), pybind11::arg("layers"), pybind11::arg("d_model"))
       .def_readonly("steps", &int8::History::t, "steps taken so far");
-  pybind11::class_<Encoder>(m, "Encoder")
+  pybind11::class_<Encoder>(m, "Encoder", pybind11::module_local())
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, std::vector<Linear>, Tensor, double,
                           c10::optional<Tensor>, c10::optional<Tensor>, int64_t, double, bool, double, int64_t,
                           const std::string&>(),
@@ -543,7 +580,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            pybind11::arg("final_b"), pybind11::arg("n_heads"), pybind11::arg("attn_scale"),
            pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("pad_id"), pybind11::arg("activation"))
       .def("encode", &Encoder::encode, "the int8 encoder and the encoder-decoder keys/values");
-  pybind11::class_<Decoder>(m, "Decoder")
+  pybind11::class_<Decoder>(m, "Decoder", pybind11::module_local())
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, Linear, Tensor, double, c10::optional<Tensor>,
                           c10::optional<Tensor>, int64_t, double, bool, double, const std::string&>(),
            pybind11::kw_only(), pybind11::arg("linears"), pybind11::arg("norms"), pybind11::arg("generator"),
