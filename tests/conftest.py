@@ -77,7 +77,9 @@ def read_multi30k(split: str, lang: str, limit: int | None = None) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    """Name every skipped test and why, so that a run that could not test something says so."""
+    """Name the CPU kernel paths that ran (test_cpu_paths.py), and every skipped test and why, so that a run
+    that could not test something says so."""
+    _cpu_paths_summary(terminalreporter)
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if getattr(r, "longrepr", None)]
     if not skipped:
         return
@@ -86,6 +88,37 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     for report in skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         terminalreporter.write_line(f"SKIPPED {report.nodeid}: {reason.removeprefix('Skipped: ')}", yellow=True)
+
+
+def _cpu_paths_summary(terminalreporter) -> None:
+    """One line: the CPU, and for each SIMD level of the C++ step how many of its tests passed or failed
+    (levels the CPU lacks are named as not run)."""
+    from transduce import cpp
+
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in ("passed", "failed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            nodeid = getattr(report, "nodeid", "")
+            if not nodeid.startswith("tests/test_cpu_paths.py") or getattr(report, "when", "call") != "call":
+                continue
+            for isa in cpp.ISAS:  # parameters look like [avx2] or [gelu-avx2]
+                if f"[{isa.name}]" in nodeid or f"-{isa.name}]" in nodeid:
+                    counts.setdefault(isa.name, {}).setdefault(outcome, 0)
+                    counts[isa.name][outcome] += 1
+    if not counts:
+        return
+    cpu = next((ln.partition(":")[2].strip() for ln in _cpuinfo() if ln.startswith("model name")), "unknown CPU")
+    ran = ", ".join(f"{name} ({', '.join(f'{n} {k}' for k, n in sorted(c.items()))})" for name, c in counts.items())
+    missing = [isa.name for isa in cpp.ISAS if isa.name not in counts]
+    terminalreporter.section("CPU kernel paths", sep="-", bold=True)
+    terminalreporter.write_line(f"{cpu}: ran {ran}" + (f"; not run here: {', '.join(missing)}" if missing else ""))
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
 
 
 def _train_tiny(out: Path) -> None:

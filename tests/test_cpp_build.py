@@ -39,3 +39,50 @@ def test_a_live_build_is_waited_for_and_its_lock_kept(tmp_path):
         assert not (tmp_path / "lock").exists()
     holder.wait(timeout=10)
     assert waited > 0.5
+
+
+def _cpu(monkeypatch, flags: str) -> None:
+    from transduce import cpp
+
+    monkeypatch.setattr(cpp, "cpu_flags", lambda: frozenset(flags.split()))
+    monkeypatch.setattr(cpp, "ISAS", cpp.ISAS if cpp.X86 else (cpp.Isa("scalar"), cpp._AVX2, cpp._AVX512, cpp._VNNI))
+
+
+def test_the_level_is_the_cpus_best_or_the_one_asked_for(monkeypatch):
+    from transduce import cpp
+
+    monkeypatch.delenv(cpp.ISA_VARIABLE, raising=False)
+    _cpu(monkeypatch, "sse2 avx avx2 fma")
+    assert [i.name for i in cpp.runnable_isas()] == ["scalar", "avx2"]
+    isa, why = cpp.chosen_isa()
+    assert isa.name == "avx2" and "no avx512" in why and "-march=native" not in isa.flags
+    _cpu(monkeypatch, "avx2 fma avx512f avx512bw avx512vl avx512dq avx512_vnni amx_tile")
+    assert cpp.chosen_isa()[0].name == "avx512vnni"
+    monkeypatch.setenv(cpp.ISA_VARIABLE, "avx2")  # forced below the CPU's best (CT2_FORCE_CPU_ISA's role)
+    assert cpp.chosen_isa() == (cpp._AVX2, f"{cpp.ISA_VARIABLE}=avx2")
+    _cpu(monkeypatch, "sse2")  # a build cache carried to an older CPU: its level cannot be asked for
+    with pytest.raises(ValueError, match="this CPU runs only scalar"):
+        cpp.chosen_isa()
+    monkeypatch.setenv(cpp.ISA_VARIABLE, "avx9")
+    with pytest.raises(ValueError, match="expected one of scalar, avx2"):
+        cpp.chosen_isa()
+    with pytest.raises(ValueError, match="'avx512' cannot run here"):
+        cpp.isa_named("avx512")
+
+
+def test_each_level_builds_under_its_own_name(monkeypatch, tmp_path):
+    """The build cache keys a build by its level: a cache made on a newer CPU is never loaded on an older one."""
+    from torch.utils import cpp_extension
+
+    from transduce import cpp
+
+    monkeypatch.delenv(cpp.ISA_VARIABLE, raising=False)
+    _cpu(monkeypatch, "avx2 fma")
+    seen = {}
+    monkeypatch.setattr(cpp_extension, "_get_build_directory", lambda name, verbose: str(tmp_path / name))
+    monkeypatch.setattr(cpp_extension, "load", lambda **kw: seen.update(kw) or "module")
+    assert cpp.build("k", tmp_path / "k.cpp", "k", "none", flags=("-O3",)) == "module"
+    assert seen["name"] == "k_avx2" and "-mavx2" in seen["extra_cflags"]
+    assert not any(f.startswith("-march") for f in seen["extra_cflags"])
+    assert cpp.build("k", tmp_path / "k.cpp", "k", "none", flags=("-O3",), isa="scalar") == "module"
+    assert seen["name"] == "k_scalar" and not any(f.startswith("-m") for f in seen["extra_cflags"])

@@ -89,8 +89,13 @@ def _pad_to_batch_max(self, rows):
 
 
 def test_bf16_batch_invariance(tiny_model_dir, sources):
-    """bf16 weights and activations: the same measures apply; scores are accumulated in fp32."""
+    """bf16 weights and activations: the same measures apply, scores accumulated in fp32. What bf16
+    promises on every CPU is the text and scores to 1e-5 relative: bf16 GEMMs go through oneDNN, whose AMX
+    and AVX-512-BF16 kernels block rows by batch (a score's 7th digit moved between batch 1 and 64 on an
+    Intel Xeon with AMX); on CPUs without native bf16 they are bit-identical."""
     bf16 = load(tiny_model_dir, dtype="bf16")
     reference = _run(bf16, sources, beam=4, batch_size=1)
-    assert _run(bf16, sources, beam=4, batch_size=64, sort=False) == reference
-    assert _run(bf16, sources, beam=4, batch_size=7) == reference
+    for kw in (dict(batch_size=64, sort=False), dict(batch_size=7)):
+        got = _run(bf16, sources, beam=4, **kw)
+        assert [t for t, _, _ in got] == [t for t, _, _ in reference], kw
+        assert [s for _, s, _ in got] == pytest.approx([s for _, s, _ in reference], rel=1e-5), kw

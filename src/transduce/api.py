@@ -9,7 +9,7 @@ import torch
 
 from .decode.ensemble import Ensemble
 from .decode.translator import Translator, for_decoding
-from .fastpaths import FastPaths, decoder_backend, decoder_for, log, requested_backend
+from .fastpaths import FastPaths, decoder_backend, decoder_for, log, requested_backend, simd_choice
 from .modeldir import load_model_dir
 
 
@@ -53,7 +53,7 @@ def load(
     for m in models:
         decoder, ran = decoder_for(m, choice, device)
         decoders.append(decoder)
-    fast = FastPaths(decoder=ran)
+    fast = FastPaths(decoder=ran, simd=simd_choice() if ran.name.endswith("-native") else None)
     log.info(fast.line())
     reverse = None
     if channel is not None:

@@ -4,17 +4,105 @@
 The one build helper of the package: the C++ decoder step (``decode/native.py``), the training loss
 (``train/native_loss.py``) and dropout (``train/dropout.py``) are all built here. Whether a built kernel is
 used is chosen in :mod:`transduce.fastpaths`, not here.
+
+Instruction sets. Each kernel is compiled for one SIMD level (:data:`ISAS`: ``scalar``, ``avx2``,
+``avx512``, ``avx512vnni`` on x86-64; ``scalar`` elsewhere, which the compiler vectorises for the
+platform's baseline, NEON on aarch64), never with ``-march=native``. The level is part of the extension's
+name, so a build cache keeps one build per level and a cache carried to another CPU (a shared home, a
+container image) is never run where its instructions are missing. :func:`chosen_isa` picks the highest
+level the CPU reports, or the lower one that ``TRANSDUCE_CPU_ISA`` names (as CTranslate2's
+``CT2_FORCE_CPU_ISA``); the decoder's kernels return the same bits on every level (``decode/vecmath.h``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
+import os
 import platform
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+
+ISA_VARIABLE = "TRANSDUCE_CPU_ISA"
+
+
+@dataclass(frozen=True)
+class Isa:
+    """A SIMD level: its ``name``, the CPU flags it ``needs`` (as /proc/cpuinfo names them) and the
+    compiler ``flags`` that target it."""
+
+    name: str
+    needs: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+
+
+_AVX2 = Isa("avx2", ("avx2", "fma"), ("-mavx2", "-mfma"))
+_AVX512 = Isa(
+    "avx512",
+    (*_AVX2.needs, "avx512f", "avx512bw", "avx512vl", "avx512dq"),
+    (*_AVX2.flags, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq"),
+)
+_VNNI = Isa("avx512vnni", (*_AVX512.needs, "avx512_vnni"), (*_AVX512.flags, "-mavx512vnni"))
+X86 = platform.machine() in ("x86_64", "AMD64")
+ISAS: tuple[Isa, ...] = (Isa("scalar"), _AVX2, _AVX512, _VNNI) if X86 else (Isa("scalar"),)
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags: /proc/cpuinfo's ``flags`` on Linux, else what torch detected."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()  # "DEFAULT", "AVX2", "AVX512", ...
+    return frozenset({"AVX2": _AVX2.needs, "AVX512": _AVX512.needs}.get(capability, ()))
+
+
+def runnable_isas() -> tuple[Isa, ...]:
+    """The levels this CPU can run, lowest first (``scalar`` always)."""
+    return tuple(isa for isa in ISAS if set(isa.needs) <= cpu_flags())
+
+
+def chosen_isa() -> tuple[Isa, str]:
+    """The level the kernels are built for and why: the highest this CPU runs, or the one
+    ``TRANSDUCE_CPU_ISA`` names (an error if the CPU cannot run it)."""
+    runnable = runnable_isas()
+    asked = os.environ.get(ISA_VARIABLE)
+    if asked:
+        names = [isa.name for isa in runnable]
+        if asked not in names:
+            known = [isa.name for isa in ISAS]
+            raise ValueError(
+                f"{ISA_VARIABLE}={asked!r}: "
+                + (
+                    f"this CPU runs only {', '.join(names)}"
+                    if asked in known
+                    else f"expected one of {', '.join(known)}"
+                )
+            )
+        return runnable[names.index(asked)], f"{ISA_VARIABLE}={asked}"
+    top = runnable[-1]
+    missing = next((isa for isa in ISAS if isa not in runnable), None)
+    why = "the CPU's best" + (f"; no {', '.join(sorted(set(missing.needs) - cpu_flags()))}" if missing else "")
+    return top, why
+
+
+def isa_named(name: str | None) -> Isa:
+    """The level called ``name`` (None: :func:`chosen_isa`'s); an error if this CPU cannot run it."""
+    if name is None:
+        return chosen_isa()[0]
+    for isa in runnable_isas():
+        if isa.name == name:
+            return isa
+    raise ValueError(f"SIMD level {name!r} cannot run here; this CPU runs {', '.join(i.name for i in runnable_isas())}")
 
 
 @contextlib.contextmanager
@@ -52,23 +140,28 @@ def build(
     headers: tuple[Path, ...] = (),
     flags: tuple[str, ...] = ("-O3", "-ffast-math"),
     ldflags: tuple[str, ...] = (),
+    isa: str | None = None,
 ):
-    """The extension ``name`` compiled from ``source`` (which includes ``headers``) with ``flags``, or None,
-    with a warning naming ``what`` could not be built and the ``fallback`` that runs instead.
+    """The extension ``name`` compiled from ``source`` (which includes ``headers``) with ``flags`` for the
+    SIMD level ``isa`` (None: :func:`chosen_isa`'s), or None, with a warning naming ``what`` could not be
+    built and the ``fallback`` that runs instead.
 
-    ``-march=native`` is added on x86-64 (the int8 kernel then uses the CPU's AVX-512 VNNI or AVX2), and a
-    define that changes with the headers: torch rebuilds when the source or the flags change, not a header.
+    The module is named ``{name}_{isa}``: one build per level in the cache. A define changes with the
+    headers, since torch rebuilds when the source or the flags change, not a header. The default flags
+    (``-ffast-math``, so that the exp loops vectorise) suit the training kernels, whose inputs are finite
+    logits and activations; the decoder step masks with -inf and passes its own flags, without it.
     """
     from torch.utils import cpp_extension
 
-    arch = ["-march=native"] if platform.machine() in ("x86_64", "AMD64") else []
+    level = isa_named(isa)
     digest = hashlib.sha1(b"".join(h.read_bytes() for h in headers)).hexdigest()[:12]
+    module = f"{name}_{level.name}"
     try:
-        with builder_lock(Path(cpp_extension._get_build_directory(name, verbose=False))):
+        with builder_lock(Path(cpp_extension._get_build_directory(module, verbose=False))):
             return cpp_extension.load(
-                name=name,
+                name=module,
                 sources=[str(source)],
-                extra_cflags=[*flags, *arch, f"-DTRANSDUCE_HEADERS={digest}"],
+                extra_cflags=[*flags, *level.flags, f"-DTRANSDUCE_HEADERS={digest}"],
                 extra_ldflags=list(ldflags) or None,
                 verbose=False,
             )

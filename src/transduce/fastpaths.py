@@ -59,7 +59,8 @@ class FastPaths:
     attention: training's full-sequence attention ("written" = the formula with fp32 scores, or an SDPA
     kernel: "default", "math", "flash", "efficient"); loss: "native" (C++ block kernel) or "tensor";
     dropout: "native", "tensor" (FastDropout's tensor ops) or "torch" (``nn.Dropout``); allocator: "jemalloc"
-    or "malloc"; decoder: one of :data:`BACKENDS`.
+    or "malloc"; decoder: one of :data:`BACKENDS`; simd: the SIMD level the C++ kernels are built for
+    (:func:`simd_choice`), where one runs.
     """
 
     attention: Choice | None = None
@@ -67,12 +68,21 @@ class FastPaths:
     dropout: Choice | None = None
     allocator: Choice | None = None
     decoder: Choice | None = None
+    simd: Choice | None = None
 
     def line(self) -> str:
         """The one log line: ``fast paths: part=name (why); ...``."""
         return "fast paths: " + "; ".join(
             f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) is not None
         )
+
+
+def simd_choice() -> Choice:
+    """The SIMD level of the C++ kernels (cpp.py): the CPU's best, or ``TRANSDUCE_CPU_ISA``'s."""
+    from .cpp import chosen_isa
+
+    isa, why = chosen_isa()
+    return Choice(isa.name, why)
 
 
 # ----------------------------------------------------------------------------- training
@@ -126,7 +136,8 @@ def for_training(cfg: Any, device) -> FastPaths:
         drop = Choice("torch", f"FastDropout uses F.dropout on {device.type}")
     else:
         drop = _native_kernel("dropout_kernel", cfg.dropout_kernel, device, dropout_.extension, "dropout")
-    return FastPaths(attention=attention, loss=loss, dropout=drop, allocator=allocator_choice())
+    simd = simd_choice() if "native" in (loss.name, drop.name) else None
+    return FastPaths(attention=attention, loss=loss, dropout=drop, allocator=allocator_choice(), simd=simd)
 
 
 # ----------------------------------------------------------------------------- decoding

@@ -37,16 +37,20 @@ HEADERS = tuple(SOURCE.with_name(name) for name in ("int8_gemm.h", "int8_step.h"
 
 
 @functools.cache
-def extension():
-    """The compiled extension module, or None (with a warning saying why) if it cannot be built."""
+def extension(isa: str | None = None):
+    """The compiled extension module for the SIMD level ``isa`` (None: the one :func:`cpp.chosen_isa`
+    picks), or None (with a warning saying why) if it cannot be built. -ffp-contract=off: the compiler
+    fuses no multiply-add of its own, so every level computes the same bits (vecmath.h); hidden symbols:
+    builds of two levels loaded in one process (tests) never call into each other."""
     return build(
         "transduce_native_step",
         SOURCE,
         "the C++ decoder step",
         "decoding uses the Python step",
         headers=HEADERS,
-        flags=("-O3", "-fopenmp"),
+        flags=("-O3", "-fopenmp", "-ffp-contract=off", "-fvisibility=hidden", "-fvisibility-inlines-hidden"),
         ldflags=("-fopenmp",),
+        isa=isa,
     )
 
 
@@ -273,14 +277,15 @@ class NativeStep(nn.Module):
         return out[:head]
 
 
-def native_step(model: nn.Module, int8: bool = False) -> NativeStep | None:
+def native_step(model: nn.Module, int8: bool = False, isa: str | None = None) -> NativeStep | None:
     """``model`` stepping in C++, or None if the C++ step does not cover it or cannot be built.
 
-    ``int8``: ``model`` is fp32 and the step runs int8 GEMMs (see :class:`NativeStep`).
+    ``int8``: ``model`` is fp32 and the step runs int8 GEMMs (see :class:`NativeStep`). ``isa``: the SIMD
+    level of the build (None: the CPU's, :func:`transduce.cpp.chosen_isa`); every level gives the same bits.
     """
     if supports(model) is not None:
         return None
     if int8 and model.tgt_embed.token.weight.dtype != torch.float32:
         raise ValueError(f"the int8 C++ step quantises an fp32 model, got {model.tgt_embed.token.weight.dtype}")
-    ext = extension()
+    ext = extension(isa)
     return NativeStep(model, ext, int8) if ext is not None else None

@@ -1,0 +1,137 @@
+"""Every SIMD level of the C++ decoder step that this CPU can run, each built on its own (cpp.py).
+
+``scalar`` runs everywhere; ``avx2``, ``avx512`` and ``avx512vnni`` run where the CPU has them, each forced
+below the CPU's best as well. Each level is checked against exact references (float64), and every level
+against ``scalar`` bit for bit: vecmath.h's functions, the int8 GEMM, and whole int8 beam searches. The
+summary of ``make test`` names the levels that ran (conftest.py).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from transduce import cpp
+from transduce.decode import native
+from transduce.decode.search import beam_search
+from transduce.model import ModelConfig, Transformer
+
+LEVELS = [isa.name for isa in cpp.runnable_isas()]
+SIMD = [name for name in LEVELS if name != "scalar"]
+LENGTHS = (1, 7, 15, 16, 17, 31, 32, 33, 300, 8000)  # every tail of 8- and 16-lane loops
+
+
+def ext(level: str):
+    built = native.extension(level)
+    assert built is not None, f"the {level} build failed (see the warning)"
+    return built
+
+
+def _rows(n: int, seed: int, scale: float = 6.0) -> torch.Tensor:
+    x = torch.randn(3, n, generator=torch.Generator().manual_seed(seed)) * scale
+    x[1, : n // 2] = float("-inf")  # masked entries
+    return x
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_each_level_reports_itself(level):
+    e = ext(level)
+    assert e.vec_level() == ("avx512" if level.startswith("avx512") else level)
+    assert e.has_vnni() == (level == "avx512vnni")
+    assert e.has_avx2_kernel() == (level in ("avx2", "avx512"))
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_functions_match_float64_references(level):
+    """GELU within 5e-7 relative everywhere (its negative tail too, where 1 + erf cancels), Swish within
+    5e-7, exp within 2e-7 (0 below -87), log Σ exp and sums to fp32 rounding."""
+    e = ext(level)
+    x = torch.cat([torch.linspace(-14, 14, 28001), torch.tensor([0.0, -0.0, 1e-30, -1e-30, -4.9, 30.0, -30.0])])
+    x64 = x.double()
+    gelu = x64 * 0.5 * torch.erfc(-x64 / math.sqrt(2))
+    assert torch.allclose(e.vec_map(x, "gelu").double(), gelu, rtol=5e-7, atol=1e-37)
+    assert torch.allclose(e.vec_map(x, "swish").double(), x64 * torch.sigmoid(x64), rtol=5e-7, atol=1e-37)
+    v = torch.linspace(-87, 88, 50001)
+    assert torch.allclose(e.vec_map(v, "exp").double(), v.double().exp(), rtol=2e-7, atol=0)
+    assert torch.equal(e.vec_map(torch.tensor([-87.5, -1e4, float("-inf")]), "exp"), torch.zeros(3))
+    for n in LENGTHS:
+        x = _rows(n, n)
+        want = torch.logsumexp(x.double(), -1)
+        assert torch.allclose(e.vec_reduce(x, "logsumexp").double(), want, atol=1e-5, rtol=1e-6), n
+        finite = torch.randn(3, n, generator=torch.Generator().manual_seed(n))
+        for name, ref in (("sum", finite.double().sum(-1)), ("dot", (finite.double() ** 2).sum(-1))):
+            assert torch.allclose(e.vec_reduce(finite, name).double(), ref, atol=1e-4, rtol=1e-5), (name, n)
+    assert e.vec_reduce(torch.full((1, 9), float("-inf")), "logsumexp").item() == float("-inf")
+
+
+@pytest.mark.parametrize("level", SIMD or [pytest.param("none", marks=pytest.mark.skip(reason="no SIMD level"))])
+def test_simd_levels_equal_scalar_bit_for_bit(level):
+    """One numerics: each vector level returns the scalar path's bits for every function and length."""
+    fast, scalar = ext(level), ext("scalar")
+    x = torch.cat([torch.linspace(-14, 14, 28001), torch.randn(4099, generator=torch.Generator().manual_seed(1)) * 3])
+    for name in ("exp", "gelu", "swish"):
+        assert torch.equal(fast.vec_map(x, name), scalar.vec_map(x, name)), name
+    for n in LENGTHS:
+        x = _rows(n, n)
+        finite = torch.randn(3, n, generator=torch.Generator().manual_seed(n))
+        assert torch.equal(fast.vec_reduce(x, "logsumexp"), scalar.vec_reduce(x, "logsumexp")), n
+        for name in ("sum", "sum_squares", "dot"):
+            assert torch.equal(fast.vec_reduce(finite, name), scalar.vec_reduce(finite, name)), (name, n)
+    g = torch.Generator().manual_seed(2)
+    for M, K, N in ((1, 5, 3), (4, 128, 384), (37, 64, 100)):
+        x, w, b = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g) * 0.1, torch.randn(N, generator=g)
+        assert torch.equal(fast.int8_linear(x, w, b, False), scalar.int8_linear(x, w, b, False)), (M, K, N)
+
+
+def _random_model(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=300, dropout=0.0, **overrides)).eval()
+    with torch.no_grad():
+        for p in model.parameters():  # far from initialisation: sharp, varied distributions
+            p.normal_(0.0, 0.3)
+    return model
+
+
+@pytest.mark.parametrize("level", SIMD or [pytest.param("none", marks=pytest.mark.skip(reason="no SIMD level"))])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "swish"])
+def test_int8_beam_search_is_the_same_on_every_level(level, activation):
+    """Whole int8 beam searches (tokens, log-probabilities, scores) are identical on every level."""
+    model = _random_model(activation=activation, norm="pre" if activation == "swish" else "post")
+    src = torch.randint(4, 300, (5, 11), generator=torch.Generator().manual_seed(3))
+    src[:, -1] = 3
+    src[1, 6], src[1, 7:] = 3, 0  # a short sentence, right-padded
+    runs = {}
+    for name in ("scalar", level):
+        step = native.native_step(model, int8=True, isa=name)
+        assert step is not None
+        runs[name] = [[(h.tokens, h.logprob, h.score) for h in hs] for hs in beam_search(step, src, beam=4, nbest=4)]
+    assert runs[level] == runs["scalar"]
+
+
+CROSS = "aarch64-linux-gnu-g++"
+
+
+def test_the_cpp_step_compiles_for_aarch64(tmp_path):
+    """The decoder step's C++ compiles for ARM (Graviton, Apple silicon under Linux) with Debian's cross
+    compiler: the scalar level, the one ARM runs."""
+    if shutil.which(CROSS) is None:
+        pytest.skip(f"no {CROSS} (Debian's g++-aarch64-linux-gnu; .ci/run installs it)")
+    from torch.utils import cpp_extension
+
+    includes = [f"-I{p}" for p in cpp_extension.include_paths()]
+    import sysconfig
+
+    includes.append(f"-I{sysconfig.get_paths()['include']}")
+    obj = tmp_path / "native_step.o"
+    cmd = [CROSS, "-std=c++17", "-O0", "-fopenmp", "-ffp-contract=off", "-fPIC", *includes]
+    cmd += ["-DTORCH_EXTENSION_NAME=transduce_native_step_scalar", "-c", str(native.SOURCE), "-o", str(obj)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    arch = subprocess.run(["file", str(obj)], capture_output=True, text=True).stdout if shutil.which("file") else ""
+    assert not arch or "aarch64" in arch or "ARM" in arch, arch
+    assert Path(obj).stat().st_size > 0
