@@ -168,24 +168,34 @@ def plot_group(group: str, summaries: list[dict[str, Any]], path: Path) -> Path 
     members = [s for s in summaries if s["row"].group == group]
     if base is None or not members:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(2.0 + 1.3 * len(members), 3.6))
-    labels = [s["row"].name.split(" ", 1)[1] for s in members]
+    fig, axes = plt.subplots(1, 2, figsize=(max(7.0, 3.0 + 2.2 * len(members)), 3.8))
+    labels = [_axis_label(s["row"]) for s in members]
     for ax, metric, paper_key, title in (
-        (axes[0], "ppl", "ppl", "dev perplexity − base (lower is better)"),
-        (axes[1], "bleu", "bleu", "dev BLEU − base (higher is better)"),
+        (axes[0], "ppl", "ppl", "Δ dev perplexity (lower is better)"),
+        (axes[1], "bleu", "bleu", "Δ dev BLEU (higher is better)"),
     ):
         base_mean = sum(base[metric]) / len(base[metric])
         for i, s in enumerate(members):
+            first = i == 0 and metric == "ppl"  # one legend entry per series
             deltas = [v - base_mean for v in s[metric]]
             mean = sum(deltas) / len(deltas)
-            ax.bar(i - 0.18, mean, width=0.36, color="tab:blue", label="this run (mean of seeds)" if i == 0 else None)
+            ax.bar(i - 0.18, mean, width=0.36, color="tab:blue", label="this run (mean of seeds)" if first else None)
             ax.errorbar([i - 0.18] * 2, [min(deltas), max(deltas)], color="black", linewidth=1)
             ax.plot([i - 0.18] * len(deltas), deltas, "k.", markersize=4)
             paper = PAPER[s["row"].name][paper_key] - PAPER["base"][paper_key]
-            ax.bar(i + 0.18, paper, width=0.36, color="tab:orange", label="the paper" if i == 0 else None)
+            ax.bar(i + 0.18, paper, width=0.36, color="tab:orange", label="the paper" if first else None)
         ax.axhline(0.0, color="grey", linewidth=0.8)
         ax.set_xticks(range(len(members)), labels, rotation=20)
         ax.set_title(title, fontsize=9)
-    axes[1].legend(fontsize=8)
-    fig.suptitle(f"Table 3 ({group}): {GROUPS[group]}", fontsize=10)
+    fig.legend(loc="lower center", ncol=2, fontsize=8, bbox_to_anchor=(0.5, -0.04))
+    fig.suptitle(f"Table 3 ({group}): {GROUPS[group]}, change against the base", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return save_png(fig, path)
+
+
+def _axis_label(row) -> str:
+    """The paper's label of the row and, where it names a scaled width, the value here: "d_k=16\n(here 4)"."""
+    label = row.name.split(" ", 1)[1]
+    key, _, value = label.partition("=")
+    here = row.shape().get(key)
+    return f"{label}\n(here {here})" if here is not None and str(here) != value else label
