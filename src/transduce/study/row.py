@@ -102,7 +102,11 @@ def main(argv: list[str]) -> int:
         print("usage: python -m transduce.study.row RUN_DIR/spec.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text())
-    result = run_row(spec)
+    try:
+        result = run_row(spec)
+    except RuntimeError as e:  # stopped or failed: the sweep reports it; a re-run resumes from the checkpoint
+        print(f"{spec['row']} seed {spec['seed']}: {e}", file=sys.stderr)
+        return 1
     out = Path(spec["result"])
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".json.partial")

@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -142,6 +143,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Settings, int]:
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
     warmup = args.warmup if args.warmup is not None else max(1, steps // 10)
+    if args.parallel is not None and args.parallel < 1:
+        raise ValueError(f"--parallel must be at least 1, got {args.parallel}")
     parallel = args.parallel or base.get("parallel") or max(1, (os.cpu_count() or 1) // pick("threads"))
     if not args.data:
         raise ValueError("--data: name a prepared data directory (transduce prepare ...)")
@@ -267,6 +270,7 @@ def run_sweep(settings: Settings, chosen: list[Row], out: Path, parallel: int) -
     failures: list[str] = []
     running: list[tuple[subprocess.Popen, dict[str, Any], Any, float]] = []
     env = {**os.environ, "OMP_NUM_THREADS": str(settings.threads)}
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill PID` stops the rows as Ctrl-C does
     try:
         while pending or running:
             while pending and len(running) < parallel:
@@ -297,11 +301,16 @@ def run_sweep(settings: Settings, chosen: list[Row], out: Path, parallel: int) -
                     print(f"FAILED: {line}", flush=True)
                     failures.append(line)
     finally:
-        for process, _, log, _ in running:  # interrupted: stop this sweep's own rows; they resume next time
+        signal.signal(signal.SIGTERM, previous)
+        for process, _, log, _ in running:  # interrupted: each row saves a checkpoint and stops; it resumes next time
             process.terminate()
             process.wait()
             log.close()
     return failures
+
+
+def _interrupt(signum, _frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def run(args: argparse.Namespace) -> int:
