@@ -119,3 +119,22 @@ def test_rows_scale_by_the_papers_ratios():
     assert table["E learned positions"]["positions"] == "learned"
     with pytest.raises(ValueError, match="multiple of 64"):
         rows(96)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--rows", "base", "Z-h-3"], "unknown row(s) Z-h-3"),
+        (["--set", "max_steps=3"], "--set max_steps: the study sets these itself"),
+        (["--d-model", "96"], "multiple of 64"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_runs(data, tmp_path, capsys, extra, message):
+    out = tmp_path / "sweep"
+    assert study(data, out, *extra) == 2
+    assert message in capsys.readouterr().err and not out.exists()
+
+
+def test_data_must_be_a_prepared_directory(tmp_path, capsys):
+    assert study(tmp_path / "nothing", tmp_path / "sweep") == 2
+    assert "no manifest.json there" in capsys.readouterr().err

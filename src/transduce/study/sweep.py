@@ -130,6 +130,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Settings, int]:
     import torch
 
     scale = args.scale if args.scale != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
+    if scale == "gpu" and not torch.cuda.is_available():
+        raise ValueError("--scale gpu: no CUDA device here (--scale cpu, or auto)")
     base = SCALES[scale]
     pick = lambda name: getattr(args, name) if getattr(args, name) is not None else base[name]  # noqa: E731
     steps = pick("steps")
@@ -148,6 +150,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Settings, int]:
     parallel = args.parallel or base.get("parallel") or max(1, (os.cpu_count() or 1) // pick("threads"))
     if not args.data:
         raise ValueError("--data: name a prepared data directory (transduce prepare ...)")
+    if not (Path(args.data) / "manifest.json").is_file():
+        raise FileNotFoundError(f"--data {args.data}: no manifest.json there; build it with `transduce prepare`")
     settings = Settings(
         data=str(Path(args.data).resolve()),
         d_model=pick("d_model"),
