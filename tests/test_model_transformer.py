@@ -39,6 +39,7 @@ VARIANTS = [
     dict(attention_window=3),
     dict(tie_embeddings="none"),
     dict(activation="gelu"),
+    dict(d_k=4),  # queries and keys narrower than values (Table 3 row B)
 ]
 
 

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "check-backends": ("transduce.backendcheck", "score int8 decoding against fp32 and record it in the model dir"),
     "recipe": ("transduce.recipe", "prepare, train, average and evaluate from one recipe TOML"),
+    "study": ("transduce.study.sweep", "the paper's Table 3 in miniature: train its variations, tabulate, plot"),
     "demo": ("transduce.demo", "the demo: Bible en-de from PyPI, trained for minutes, scored, shown"),
 }
 

@@ -168,7 +168,9 @@ class AdditiveScore(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention (§3.2.2): h heads of d_k = d_model / h, concatenated, then W^O.
+    """Multi-head attention (§3.2.2): h heads of d_k = d_v = d_model / h, concatenated, then W^O.
+
+    ``d_k`` narrows the queries and keys alone (Table 3 row B); values keep d_v = d_model / h.
 
     Self-attention projects Q, K, V with one fused (d_model, 3·d_model) matrix;
     encoder–decoder attention projects Q from the decoder and K, V (fused) from the
@@ -179,17 +181,29 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, *, self_attention: bool, kind: str = "scaled_dot", dropout: float = 0.0
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        self_attention: bool,
+        kind: str = "scaled_dot",
+        dropout: float = 0.0,
+        d_k: int | None = None,
     ):
         super().__init__()
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.d_model, self.n_heads = d_model, n_heads
+        self.d_v = d_model // n_heads
+        self.d_k = self.d_v if d_k is None else d_k  # Table 3 row B narrows queries and keys only
         self.self_attention, self.kind, self.dropout = self_attention, kind, dropout
+        qk = n_heads * self.d_k
         if self_attention:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+            self.qkv_proj = nn.Linear(d_model, 2 * qk + d_model)
+            self.qkv_proj.parts = (qk, qk, d_model)  # Q, K, V rows (each initialised alone)
         else:
-            self.q_proj = nn.Linear(d_model, d_model)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+            self.q_proj = nn.Linear(d_model, qk)
+            self.kv_proj = nn.Linear(d_model, qk + d_model)
+            self.kv_proj.parts = (qk, d_model)  # K, V rows
         self.out_proj = nn.Linear(d_model, d_model)
         self.additive = AdditiveScore(n_heads, self.d_k) if kind == "additive" else None
         self.scale = 1.0 if kind == "dot" else 1.0 / math.sqrt(self.d_k)
@@ -197,18 +211,18 @@ class MultiHeadAttention(nn.Module):
         self.kernel = "fused"  # full-sequence attention: "fused" (SDPA) or "written" (:func:`use_kernel`)
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, T, d_model) -> (B, h, T, d_k)."""
+        """(B, T, h·d) -> (B, h, T, d), d = d_k for queries and keys, d_v for values."""
         B, T, _ = x.shape
-        return x.view(B, T, self.n_heads, self.d_k).transpose(1, 2)  # (B, h, T, d_k)
+        return x.view(B, T, self.n_heads, -1).transpose(1, 2)  # (B, h, T, d)
 
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Encoder output (B, S, d_model) -> keys and values (B, h, S, d_k) each."""
-        k, v = self.kv_proj(memory).chunk(2, dim=-1)  # (B, S, d_model) each
+        """Encoder output (B, S, d_model) -> keys (B, h, S, d_k) and values (B, h, S, d_v)."""
+        k, v = self.kv_proj(memory).split(self.kv_proj.parts, dim=-1)  # (B, S, h·d_k), (B, S, d_model)
         return self.split_heads(k), self.split_heads(v)
 
     def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention input (B, T, d_model) -> q, k, v (B, h, T, d_k) each."""
-        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, d_model) each
+        """Self-attention input (B, T, d_model) -> q, k (B, h, T, d_k) and v (B, h, T, d_v)."""
+        q, k, v = self.qkv_proj(x).split(self.qkv_proj.parts, dim=-1)  # (B, T, h·d_k) twice, (B, T, d_model)
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
     def attend(
@@ -234,8 +248,8 @@ class MultiHeadAttention(nn.Module):
             out, weights = attention_fast(q, k, v, mask, self.scale, p, is_causal), None
         if self.record is not None:
             self.record.append(weights.detach())
-        B, h, T, d_k = out.shape
-        out = out.transpose(1, 2).reshape(B, T, h * d_k)  # (B, T_q, d_model)
+        B, h, T, d_v = out.shape
+        out = out.transpose(1, 2).reshape(B, T, h * d_v)  # (B, T_q, d_model)
         return self.out_proj(out)
 
     def forward(

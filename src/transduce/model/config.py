@@ -48,6 +48,8 @@ class ModelConfig:
       HF's ``final_logits_bias``). Off by default: the paper's projection shares the embedding matrix and
       has no bias (§3.4).
     * ``attention``: ``"scaled_dot"`` (§3.2.1), ``"dot"`` (no 1/√d_k) or ``"additive"``.
+    * ``d_k``: the query/key width per head, d_model / n_heads when absent; values keep d_model / n_heads
+      (Table 3 row B).
     * ``attention_window``: restricted self-attention over a neighbourhood of r
       positions (Table 1): centred on i in the encoder, the r most recent in the decoder.
     """
@@ -63,6 +65,7 @@ class ModelConfig:
     d_model: int = 512
     d_ff: int = 2048
     n_heads: int = 8
+    d_k: int | None = None  # query/key width per head; None: d_model / n_heads (§3.2.2); Table 3 row B narrows it
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
@@ -86,6 +89,7 @@ class ModelConfig:
             "tgt_vocab_size",
             f"must be at least 1, got {self.tgt_vocab_size}",
         )
+        check(self.d_k is None or self.d_k >= 1, "d_k", f"must be at least 1 (or absent), got {self.d_k}")
         check(
             self.d_model % self.n_heads == 0,
             "d_model",

@@ -38,7 +38,12 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.self_attn = MultiHeadAttention(
-            cfg.d_model, cfg.n_heads, self_attention=True, kind=cfg.attention, dropout=cfg.attention_dropout
+            cfg.d_model,
+            cfg.n_heads,
+            self_attention=True,
+            kind=cfg.attention,
+            dropout=cfg.attention_dropout,
+            d_k=cfg.d_k,
         )
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.res_attn = Residual(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)
@@ -56,10 +61,20 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.self_attn = MultiHeadAttention(
-            cfg.d_model, cfg.n_heads, self_attention=True, kind=cfg.attention, dropout=cfg.attention_dropout
+            cfg.d_model,
+            cfg.n_heads,
+            self_attention=True,
+            kind=cfg.attention,
+            dropout=cfg.attention_dropout,
+            d_k=cfg.d_k,
         )
         self.cross_attn = MultiHeadAttention(
-            cfg.d_model, cfg.n_heads, self_attention=False, kind=cfg.attention, dropout=cfg.attention_dropout
+            cfg.d_model,
+            cfg.n_heads,
+            self_attention=False,
+            kind=cfg.attention,
+            dropout=cfg.attention_dropout,
+            d_k=cfg.d_k,
         )
         self.ff = FeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.res_self = Residual(cfg.d_model, cfg.dropout, cfg.norm, cfg.layer_norm_eps)

@@ -109,8 +109,8 @@ class Transformer(nn.Module):
     def _init_weights(self) -> None:
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
-                parts = 3 if name.endswith("qkv_proj") else 2 if name.endswith("kv_proj") else 1
-                for chunk in module.weight.data.chunk(parts, dim=0):
+                parts = getattr(module, "parts", (module.weight.size(0),))  # fused Q/K/V: rows per part
+                for chunk in module.weight.data.split(parts, dim=0):
                     nn.init.xavier_uniform_(chunk)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
