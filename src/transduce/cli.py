@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "transduce.serve.server",
         "serve models over HTTP: the LibreTranslate API, its own API under /v1, a web page",
     ),
+    "detect": ("transduce.langid", "identify the language of each line of text (offline, py3langid)"),
     "export": ("transduce.interop.export", "export a model directory to CTranslate2 or HuggingFace MarianMT"),
     "import": (
         "transduce.interop.import_marian",

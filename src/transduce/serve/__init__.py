@@ -2,7 +2,10 @@
 
 server.py    — ``transduce serve``: the FastAPI app, middleware, command line
 service.py   — what both APIs share: limits, key checks, routing, running work on a model's batcher
-libre.py     — the LibreTranslate API (/translate, /languages)
+libre.py     — the LibreTranslate API (/translate, /detect, /languages, /frontend/settings)
+fields.py    — LibreTranslate request fields from the query string, JSON or form data, leniently
+texts.py     — whole texts split into sentences and put back; malformed HTML repaired
+languages.py — /languages' standard codes and names, pivot routes through a third language
 v1.py        — transduce's own API (/v1/translate, /v1/attention, /v1/models)
 registry.py  — models TOML / directory of models, lazy loading within a memory budget (LRU)
 keys.py      — API keys file, constant-time comparison, per-key request limits

@@ -4,7 +4,8 @@
     transduce serve --models models.toml          several, routed by language pair (see registry.py)
     transduce serve --models DIR_OF_MODELS        every model directory in DIR_OF_MODELS
 
-    POST /translate, GET /languages   the LibreTranslate API (libre.py)
+    POST /translate, /detect, GET /languages, /frontend/settings   the LibreTranslate API (libre.py)
+    GET  /spec        the OpenAPI document (LibreTranslate's path for it)
     POST /v1/translate, /v1/attention, GET /v1/models   transduce's own API (v1.py)
     GET  /            a page to translate in the browser (static/)
     GET  /metrics     Prometheus metrics (metrics.py)
@@ -13,6 +14,8 @@
 
 Concurrent requests for one model are batched by :class:`~transduce.serve.batcher.Batcher` (one
 worker thread per loaded model). Models load on first use within ``--memory-budget-mb``.
+Every answer carries CORS headers for ``--cors-origins`` (default ``*``, as LibreTranslate), and
+preflight ``OPTIONS`` requests are answered, so browser extensions on other origins can call it.
 uvicorn's graceful shutdown (SIGINT/SIGTERM) stops accepting connections, lets in-flight
 requests finish, then the batchers drain their queues.
 """
@@ -33,6 +36,7 @@ from .service import Service, Settings, make_batcher_factory
 try:
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
+    from fastapi.middleware.cors import CORSMiddleware
     from fastapi.responses import HTMLResponse, JSONResponse, Response
     from pydantic import BaseModel
 
@@ -159,6 +163,7 @@ def create_app(
     access: Access | None = None,
     load=None,
     budget_bytes: int = 0,
+    cors_origins: tuple[str, ...] = ("*",),
 ) -> FastAPI:
     """The ASGI app around one loaded :class:`~transduce.decode.translator.Translator` (``models``), or
     around a list of :class:`~transduce.serve.registry.ModelSpec` loaded on first use by ``load(spec)``
@@ -192,6 +197,10 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
     app.add_middleware(Observe, metrics=metrics)
+    if cors_origins:  # outermost: errors of the inner layers (413, 500) carry the headers too
+        app.add_middleware(
+            CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"], allow_headers=["*"]
+        )
     app.include_router(libre.router(service))
     app.include_router(v1.router(service))
 
@@ -212,6 +221,10 @@ def create_app(
             batches=sum(s.batches for s in stats),
             max_requests_in_batch=max((s.max_requests_in_batch for s in stats), default=0),
         )
+
+    @app.get("/spec", include_in_schema=False)
+    def spec() -> dict:
+        return app.openapi()
 
     @app.get("/metrics", include_in_schema=False)
     def prometheus() -> Response:
@@ -258,7 +271,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "to load another (default 0: no limit)",
     )
     parser.add_argument(
-        "--api-keys", type=Path, default=None, help="file of API keys, one per line: KEY [REQUESTS_PER_MINUTE]"
+        "--api-keys",
+        type=Path,
+        default=None,
+        help="file of API keys, one per line: KEY [REQUESTS_PER_MINUTE [CHAR_LIMIT]]",
+    )
+    parser.add_argument(
+        "--cors-origins",
+        default="*",
+        help="comma-separated origins browsers may call from (default '*', any; '' sends no CORS headers)",
+    )
+    parser.add_argument(
+        "--char-limit",
+        type=int,
+        default=d.char_limit,
+        help="characters per LibreTranslate request, all texts together (default 0: no limit)",
     )
     parser.add_argument(
         "--require-api-key",
@@ -279,7 +306,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="requests per minute per client address without a key (default 0: no limit)",
     )
     parser.add_argument("--beam", type=int, default=d.beam, help="beam of the LibreTranslate API and the page")
-    parser.add_argument("--max-sentences", type=int, default=d.max_sentences, help="sentences per request")
+    parser.add_argument(
+        "--max-sentences",
+        "--batch-limit",
+        dest="max_sentences",
+        type=int,
+        default=d.max_sentences,
+        help="texts per request (LibreTranslate's --batch-limit)",
+    )
     parser.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per sentence")
     parser.add_argument("--max-body", type=int, default=d.max_body, help="request body bytes")
     parser.add_argument("--max-beam", type=int, default=d.max_beam)
@@ -301,19 +335,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    s = Settings(
-        args.max_sentences,
-        args.max_chars,
-        args.max_body,
-        args.max_beam,
-        args.timeout,
-        args.wait_ms,
-        args.batch_tokens,
-        args.max_batch_requests,
-        args.beam,
-    )
+    s = Settings(**{key: getattr(args, key) for key in vars(Settings())})
     for key, value in vars(s).items():
-        if value < 0 or (value == 0 and key != "wait_ms"):
+        if value < 0 or (value == 0 and key not in ("wait_ms", "char_limit")):
             raise ValueError(f"--{key.replace('_', '-')} must be positive, got {value}")
     if s.beam > s.max_beam:
         raise ValueError(f"--beam {s.beam} is larger than --max-beam {s.max_beam}")
@@ -337,13 +361,14 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     access = access_from_args(args)
+    cors = tuple(o.strip() for o in args.cors_origins.split(",") if o.strip())
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     backend = backend_from_args(args)
     if args.model is not None:
         translator = load(args.model, device=args.device, backend=backend)
         print(f"transduce serve: {translator.fast_paths.line()}", flush=True)
-        app = create_app(translator, settings, name=Path(args.model).name, access=access)
+        app = create_app(translator, settings, name=Path(args.model).name, access=access, cors_origins=cors)
     else:
         specs = read_models(args.models)
 
@@ -357,7 +382,12 @@ def run(args: argparse.Namespace) -> int:
             return translator
 
         app = create_app(
-            specs, settings, access=access, load=load_spec, budget_bytes=int(args.memory_budget_mb * 2**20)
+            specs,
+            settings,
+            access=access,
+            load=load_spec,
+            budget_bytes=int(args.memory_budget_mb * 2**20),
+            cors_origins=cors,
         )
     uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout, log_level="info")
     return 0

@@ -29,6 +29,7 @@ class Settings:
     batch_tokens: int = 4096  # source tokens per batch
     max_batch_requests: int = 64  # 1 = one request at a time
     beam: int = 4  # beam of the LibreTranslate API and the page (§6.1: 4)
+    char_limit: int = 0  # characters per LibreTranslate request, all texts together (0: no limit)
 
 
 class Rejected(Exception):
@@ -61,8 +62,14 @@ def run_job(translator, sentences: list[str], key):
 
 
 class Service:
-    def __init__(self, pool: ModelPool, settings: Settings, access: Access):
+    def __init__(self, pool: ModelPool, settings: Settings, access: Access, suggestions=None):
         self.pool, self.settings, self.access = pool, settings, access
+        self.suggestions = suggestions  # a suggestions.Store, or None when /suggest is off
+
+    def authorize_chars(self, given: str | None, host: str | None) -> int:
+        """:meth:`authorize`, then the character limit of the key given (0: the server's)."""
+        self.authorize(given, host)
+        return self.access.char_limit(given)
 
     def authorize(self, given: str | None, host: str | None) -> str:
         try:
@@ -85,9 +92,10 @@ class Service:
         except NoModel as e:
             raise Rejected(400, str(e)) from None
 
-    def check_text(self, spec: ModelSpec, sentences: list[str], field: str) -> None:
+    def check_text(self, spec: ModelSpec, sentences: list[str], field: str, count: bool = True) -> None:
+        """Sentences per request (unless not ``count``: the split sentences of whole texts) and characters."""
         s = self.settings
-        if len(sentences) > s.max_sentences:
+        if count and len(sentences) > s.max_sentences:
             raise Rejected(
                 413, f"field '{field}': {len(sentences)} sentences exceed the limit of {s.max_sentences} per request"
             )
@@ -154,9 +162,10 @@ class Service:
         alpha: float = 0.6,
         field: str = "text",
         target_lang: str | None = None,
+        count: bool = True,
     ) -> list:
         self.check_search(beam, nbest, alpha)
-        self.check_text(spec, sentences, field)
+        self.check_text(spec, sentences, field, count)
         options = (("alpha", alpha), ("beam", beam), ("nbest", nbest)) + language_option(target_lang)
         return await self.run(spec, sentences, ("translate", options), field)
 
