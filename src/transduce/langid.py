@@ -17,6 +17,7 @@ is the model's ``fr``, and is answered in the caller's own spelling.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ def _model():
         return _identifier
 
 
+@functools.lru_cache(maxsize=1024)
 def base_language(code: str) -> str:
     """The language subtag of ``code`` in its shortest standard form: "fra" -> "fr", "zh_Hans" -> "zh"."""
     try:

@@ -8,6 +8,7 @@ texts.py     — whole texts split into sentences and put back; malformed HTML r
 languages.py — /languages' standard codes and names, pivot routes through a third language
 v1.py        — transduce's own API (/v1/translate, /v1/attention, /v1/models)
 registry.py  — models TOML / directory of models, lazy loading within a memory budget (LRU)
+suggestions.py — suggested translations (POST /suggest) in SQLite, exported as TSV for fine-tuning
 keys.py      — API keys file, constant-time comparison, per-key request limits
 metrics.py   — Prometheus /metrics
 alignment.py — word-level encoder–decoder attention for the page

@@ -9,6 +9,8 @@
     POST /detect      q -> [{"language": "en", "confidence": 97.2}, ...]   best first (GET /detect?q= too)
     GET  /languages   -> [{"code": "en", "name": "English", "targets": ["de"]}, ...]
     GET  /frontend/settings   what LibreTranslate's page and Nextcloud read: limits, keys, languages
+    POST /suggest     q, s (the suggested translation), source, target -> {"success": true}
+                      (403 unless the server keeps suggestions: --suggestions FILE)
 
 Fields are read from the query string, JSON, form or multipart data (:mod:`~transduce.serve.fields`).
 Each text is translated whole: split into sentences, all sentences of the request batched together,
@@ -162,6 +164,20 @@ async def detect(service: Service, request: Request) -> list[dict]:
     return [{"language": c, "confidence": round(p, 1)} for c, p in langid.rank(_TAG.sub(" ", text), candidates)]
 
 
+async def suggest(service: Service, request: Request) -> dict:
+    fields = await read_fields(request)
+    ignore_unknown(fields, {"q", "s", "source", "target", "api_key", "secret"}, "/suggest")
+    if service.suggestions is None:
+        raise Rejected(403, "Suggestions are disabled on this server (transduce serve --suggestions FILE)")
+    for name in ("q", "s", "source", "target"):
+        if not isinstance(fields.get(name), str) or not fields[name]:
+            raise Rejected(400, f"Invalid request: missing {name} parameter (a string)")
+    char_limit = service.authorize_chars(api_key(fields, request), client_host(request))
+    check_size(service, [fields["q"], fields["s"]], char_limit)
+    service.suggestions.add(fields["q"], fields["s"], fields["source"], fields["target"])
+    return {"success": True}
+
+
 def frontend_settings(service: Service) -> dict:
     langs = listing(service)
     sources = [lang for lang in langs if lang["targets"]] or langs
@@ -212,11 +228,19 @@ def router(service: Service) -> APIRouter:
         summary="LibreTranslate: translate q from source to target",
         responses=errors,
     )
+    for method in ("POST", "GET"):  # GET /detect?q= as Nextcloud sends it
+        api.add_api_route(
+            "/detect",
+            _answer(lambda r: detect(service, r), f"libre_detect_{method.lower()}"),
+            methods=[method],
+            summary="LibreTranslate: the language of q",
+            responses=errors,
+        )
     api.add_api_route(
-        "/detect",
-        _answer(lambda r: detect(service, r), "libre_detect"),
-        methods=["POST", "GET"],
-        summary="LibreTranslate: the language of q",
+        "/suggest",
+        _answer(lambda r: suggest(service, r), "libre_suggest"),
+        methods=["POST"],
+        summary="LibreTranslate: keep a suggested translation (for fine-tuning)",
         responses=errors,
     )
 

@@ -32,6 +32,7 @@ from ..decode.options import add_backend_arguments, backend_from_args
 from .keys import Access, read_keys
 from .registry import ModelPool, ModelSpec, read_models
 from .service import Service, Settings, make_batcher_factory
+from .suggestions import Store
 
 try:
     from fastapi import FastAPI, Request
@@ -164,6 +165,7 @@ def create_app(
     load=None,
     budget_bytes: int = 0,
     cors_origins: tuple[str, ...] = ("*",),
+    suggestions=None,
 ) -> FastAPI:
     """The ASGI app around one loaded :class:`~transduce.decode.translator.Translator` (``models``), or
     around a list of :class:`~transduce.serve.registry.ModelSpec` loaded on first use by ``load(spec)``
@@ -180,7 +182,7 @@ def create_app(
     pool.make_batcher = make_batcher_factory(settings, metrics)
     if not isinstance(models, list):
         pool.add_loaded(next(iter(pool.specs.values())), models)
-    service = Service(pool, settings, access)
+    service = Service(pool, settings, access, suggestions)  # suggestions: a suggestions.Store or None
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -250,7 +252,7 @@ def _version() -> str:
 # ---------------------------------------------------------------------------- command line
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Settings()
-    which = parser.add_mutually_exclusive_group(required=True)
+    which = parser.add_mutually_exclusive_group()
     which.add_argument("--model", type=Path, help="one model directory")
     which.add_argument(
         "--models",
@@ -280,6 +282,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cors-origins",
         default="*",
         help="comma-separated origins browsers may call from (default '*', any; '' sends no CORS headers)",
+    )
+    parser.add_argument(
+        "--suggestions",
+        type=Path,
+        default=None,
+        help="an SQLite file that keeps the translations users suggest (POST /suggest); off without it",
+    )
+    parser.add_argument(
+        "--export-suggestions",
+        type=Path,
+        default=None,
+        metavar="TSV",
+        help="with --suggestions: write them as SOURCE<TAB>TARGET lines (transduce prepare files --tsv) and exit",
+    )
+    parser.add_argument(
+        "--export-pair", default="", metavar="SRC:TGT", help="with --export-suggestions: only this pair's"
     )
     parser.add_argument(
         "--char-limit",
@@ -353,22 +371,49 @@ def access_from_args(args: argparse.Namespace) -> Access:
     return Access(read_keys(args.api_keys, args.key_limit), args.require_api_key, args.req_limit)
 
 
+def export_suggestions(args: argparse.Namespace) -> int:
+    if args.suggestions is None or not args.suggestions.is_file():
+        raise FileNotFoundError(
+            f"--export-suggestions needs --suggestions FILE (an existing file), got {args.suggestions}"
+        )
+    source, _, target = args.export_pair.partition(":")
+    if args.export_pair and not (source and target):
+        raise ValueError(f"--export-pair must be SRC:TGT, got {args.export_pair!r}")
+    store = Store(args.suggestions)
+    n = store.export(args.export_suggestions, source or None, target or None)
+    store.close()
+    print(f"transduce serve: wrote {n} suggestions to {args.export_suggestions}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
     import uvicorn
 
     from ..api import load
 
+    if args.export_suggestions is not None:
+        return export_suggestions(args)
+    if args.model is None and args.models is None:
+        raise ValueError("give --model DIR or --models FILE_OR_DIR")
     settings = settings_from_args(args)
     access = access_from_args(args)
     cors = tuple(o.strip() for o in args.cors_origins.split(",") if o.strip())
+    suggestions = Store(args.suggestions) if args.suggestions is not None else None
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     backend = backend_from_args(args)
     if args.model is not None:
         translator = load(args.model, device=args.device, backend=backend)
         print(f"transduce serve: {translator.fast_paths.line()}", flush=True)
-        app = create_app(translator, settings, name=Path(args.model).name, access=access, cors_origins=cors)
+        app = create_app(
+            translator,
+            settings,
+            name=Path(args.model).name,
+            access=access,
+            cors_origins=cors,
+            suggestions=suggestions,
+        )
     else:
         specs = read_models(args.models)
 
@@ -388,6 +433,7 @@ def run(args: argparse.Namespace) -> int:
             load=load_spec,
             budget_bytes=int(args.memory_budget_mb * 2**20),
             cors_origins=cors,
+            suggestions=suggestions,
         )
     uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout, log_level="info")
     return 0

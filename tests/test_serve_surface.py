@@ -1,0 +1,88 @@
+"""The rest of LibreTranslate's surface: /frontend/settings, /spec, /suggest kept in SQLite and exported
+as a TSV that ``transduce prepare files --tsv`` reads, and LibreTranslate's limit flags by their names."""
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
+uvicorn = pytest.importorskip("uvicorn", reason="server tests need uvicorn (the serve extra)")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from transduce.api import load  # noqa: E402
+from transduce.cli import main  # noqa: E402
+from transduce.serve.keys import Access, read_keys  # noqa: E402
+from transduce.serve.server import create_app  # noqa: E402
+from transduce.serve.service import Settings  # noqa: E402
+from transduce.serve.suggestions import Store  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_model_dir):
+    return load(tiny_model_dir)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    yield
+    torch.set_num_threads(1)
+
+
+def test_frontend_settings_and_spec(translator, tmp_path):
+    with TestClient(create_app(translator, Settings(char_limit=500))) as c:
+        settings = c.get("/frontend/settings").json()
+        assert settings["charLimit"] == 500 and settings["apiKeys"] is False and settings["keyRequired"] is False
+        assert settings["suggestions"] is False and settings["filesTranslation"] is False
+        assert settings["language"] == {
+            "source": {"code": "auto", "name": "Auto Detect"},
+            "target": {"code": "fr", "name": "French"},
+        }
+        spec = c.get("/spec").json()
+        assert {"/translate", "/detect", "/languages", "/suggest", "/frontend/settings"} <= set(spec["paths"])
+    keys = tmp_path / "keys.txt"
+    keys.write_text("a-key-of-mine\n")
+    access = Access(read_keys(keys), require="always")
+    with TestClient(create_app(translator, access=access)) as c:
+        settings = c.get("/frontend/settings").json()
+        assert settings["apiKeys"] is True and settings["keyRequired"] is True and settings["charLimit"] == -1
+
+
+def test_suggestions_are_kept_and_exported_for_fine_tuning(translator, tiny_model_dir, tmp_path, capsys):
+    body = {"q": "A dog runs.", "s": "Un chien\tcourt.\n", "source": "en", "target": "fr"}
+    with TestClient(create_app(translator)) as c:
+        r = c.post("/suggest", data=body)
+        assert r.status_code == 403 and "Suggestions are disabled" in r.json()["error"]
+    db = tmp_path / "suggestions.sqlite"
+    with TestClient(create_app(translator, suggestions=Store(db))) as c:
+        assert c.get("/frontend/settings").json()["suggestions"] is True
+        assert c.post("/suggest", data=body).json() == {"success": True}
+        assert c.post("/suggest", json={**body, "q": "Two men.", "s": "Deux hommes."}).json() == {"success": True}
+        r = c.post("/suggest", json={"q": "x", "source": "en", "target": "fr"})
+        assert r.status_code == 400 and "missing s parameter" in r.json()["error"]
+        c.post("/suggest", json={"q": "Ein Hund.", "s": "A dog.", "source": "de", "target": "en"})
+    tsv = tmp_path / "suggested.tsv"
+    assert main(["serve", "--suggestions", str(db), "--export-suggestions", str(tsv), "--export-pair", "en:fr"]) == 0
+    assert tsv.read_text(encoding="utf-8") == "A dog runs.\tUn chien court.\nTwo men.\tDeux hommes.\n"
+    assert "wrote 2 suggestions" in capsys.readouterr().out
+    out = tmp_path / "data"
+    argv = ["prepare", "files", "--tsv", str(tsv), "--valid-tsv", str(tsv), "--src-lang", "en", "--tgt-lang", "fr"]
+    assert main([*argv, "--vocab-from", str(tiny_model_dir), "--out", str(out)]) == 0, capsys.readouterr().err
+    assert (out / "train.en").read_text() == "A dog runs.\nTwo men.\n"
+    assert (out / "train.fr").read_text() == "Un chien court.\nDeux hommes.\n"
+
+
+def test_libretranslate_limit_flags(tiny_model_dir, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(app=app))
+    argv = ["serve", "--model", str(tiny_model_dir), "--char-limit", "50", "--batch-limit", "3"]
+    assert main([*argv, "--cors-origins", "https://a.example, https://b.example", "--threads", "1"]) == 0
+    settings = seen["app"].state.settings
+    assert settings.char_limit == 50 and settings.max_sentences == 3
+    with TestClient(seen["app"]) as c:
+        r = c.post("/translate", json={"q": ["a", "b", "c", "d"], "source": "en", "target": "fr"})
+        assert r.status_code == 413 and "4 texts exceed the batch limit of 3" in r.json()["error"]
+        r = c.post("/translate", json={"q": "A dog." * 10, "source": "en", "target": "fr"})
+        assert r.status_code == 413 and "exceeds the text limit of 50" in r.json()["error"]
+        r = c.get("/languages", headers={"Origin": "https://b.example"})
+        assert r.headers["access-control-allow-origin"] == "https://b.example"
+    assert main(["serve", "--model", str(tiny_model_dir), "--char-limit", "-1"]) == 2
