@@ -86,3 +86,21 @@ def test_libretranslate_limit_flags(tiny_model_dir, monkeypatch):
         r = c.get("/languages", headers={"Origin": "https://b.example"})
         assert r.headers["access-control-allow-origin"] == "https://b.example"
     assert main(["serve", "--model", str(tiny_model_dir), "--char-limit", "-1"]) == 2
+
+
+def test_libretranslate_environment_variables(tiny_model_dir, monkeypatch, capsys):
+    """A LibreTranslate docker setup's LT_* variables carry over as the defaults of the options of one name."""
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
+    for name, value in {"HOST": "0.0.0.0", "PORT": "5000", "CHAR_LIMIT": "300", "BATCH_LIMIT": "-1"}.items():
+        monkeypatch.setenv(f"LT_{name}", value)
+    assert main(["serve", "--model", str(tiny_model_dir), "--threads", "1"]) == 0
+    assert seen["host"] == "0.0.0.0" and seen["port"] == 5000
+    settings = seen["app"].state.settings
+    assert settings.char_limit == 300 and settings.max_sentences == Settings().max_sentences  # -1: the default
+    assert main(["serve", "--model", str(tiny_model_dir), "--char-limit", "20", "--threads", "1"]) == 0
+    assert seen["app"].state.settings.char_limit == 20  # the option wins
+    monkeypatch.setenv("LT_REQ_LIMIT", "many")
+    with pytest.raises(SystemExit):
+        main(["serve", "--model", str(tiny_model_dir)])
+    assert "environment variable LT_REQ_LIMIT: expected a whole number, got 'many'" in capsys.readouterr().err

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -250,6 +251,22 @@ def _version() -> str:
 
 
 # ---------------------------------------------------------------------------- command line
+def lt_env(name: str, default):
+    """The default of an option LibreTranslate reads from ``LT_<NAME>`` (so its docker settings carry over):
+    that variable's value when set; LibreTranslate's -1 ("no limit", "default") gives transduce's default.
+    A malformed value becomes a message that argparse's conversion then reports, naming the variable."""
+    value = os.environ.get(f"LT_{name}")
+    if value is None:
+        return default
+    if isinstance(default, str):
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        return f"environment variable LT_{name}: expected a whole number, got {value!r}"
+    return default if number == -1 else number
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Settings()
     which = parser.add_mutually_exclusive_group()
@@ -260,11 +277,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a models TOML ([[model]] path/source/target) or a directory "
         "of model directories whose [meta] names src_lang/tgt_lang",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
-    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--host", default=lt_env("HOST", "127.0.0.1"), help="address to bind (default: localhost only)")
+    parser.add_argument("--port", type=int, default=lt_env("PORT", 8080))
     parser.add_argument("--device", default="cpu")
     add_backend_arguments(parser)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument(
+        "--threads", type=int, default=lt_env("THREADS", None), help="torch intra-op threads (default: torch's)"
+    )
     parser.add_argument(
         "--memory-budget-mb",
         type=float,
@@ -302,7 +321,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--char-limit",
         type=int,
-        default=d.char_limit,
+        default=lt_env("CHAR_LIMIT", d.char_limit),
         help="characters per LibreTranslate request, all texts together (default 0: no limit)",
     )
     parser.add_argument(
@@ -320,7 +339,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--req-limit",
         type=int,
-        default=0,
+        default=lt_env("REQ_LIMIT", 0),
         help="requests per minute per client address without a key (default 0: no limit)",
     )
     parser.add_argument("--beam", type=int, default=d.beam, help="beam of the LibreTranslate API and the page")
@@ -329,7 +348,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch-limit",
         dest="max_sentences",
         type=int,
-        default=d.max_sentences,
+        default=lt_env("BATCH_LIMIT", d.max_sentences),
         help="texts per request (LibreTranslate's --batch-limit)",
     )
     parser.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per sentence")
