@@ -136,6 +136,8 @@ def test_cors_on_answers_and_preflight(models):
         )
         ok = c.get("/languages", headers={"Origin": "https://ok.example"})
         assert ok.headers["access-control-allow-origin"] == "https://ok.example"
+    with TestClient(app_for(models, [("en", "fr")], cors_origins=())) as c:  # --cors-origins ''
+        assert "access-control-allow-origin" not in c.get("/languages", headers={"Origin": "https://a.org"}).headers
 
 
 def test_detect_and_auto_source_choose_among_served_languages(models, offline):
@@ -178,6 +180,11 @@ def test_whole_texts_keep_their_layout_and_share_one_batch(models, offline):
         assert got[0].count("\n") == DOC.count("\n") and "\r\n\n\n" in got[0] and "\n  " in got[0]
         health = c.get("/health").json()
         assert health["requests"] == 1 and health["batches"] == 1  # 7 sentences of 2 texts, one batch
+    with TestClient(app_for(models, [("en", "fr")], settings=Settings(max_chars=20))) as c:
+        r = c.post("/translate", json={"q": DOC, "source": "en", "target": "fr"})
+        assert r.status_code == 413 and r.json()["error"] == (
+            "field 'q': sentence 1 has 23 characters, over the limit of 20 (--max-chars)"
+        )
     with TestClient(app_for(models, [("en", "fr")], settings=Settings(char_limit=100))) as c:
         r = c.post("/translate", json={"q": [DOC[:60], DOC[60:]], "source": "en", "target": "fr"})
         assert r.status_code == 413 and r.json()["error"].endswith(
@@ -202,3 +209,13 @@ def test_languages_use_standard_codes_and_pivot_through_english(models, offline,
             "alternatives": [reassemble(pieces, [h[1] for h in nbest])],
             "route": ["de-en", "en-fr"],
         }
+
+
+def test_html_neither_parser_reads_is_a_400_naming_the_problem(models, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "lxml.html", None)  # as where lxml is not installed
+    with TestClient(app_for(models, [("en", "fr")])) as c:
+        r = c.post(
+            "/translate", json={"q": ["<b>ok</b>", "<p>A dog"], "source": "en", "target": "fr", "format": "html"}
+        )
+        assert r.status_code == 400
+        assert r.json() == {"error": "Invalid request: q.1 is not well-formed HTML: line 1:1: <p> is never closed"}

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
+from transduce.config import ConfigError  # noqa: E402
 from transduce.serve.keys import Access, read_keys  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
 from transduce.serve.service import Settings  # noqa: E402
@@ -92,10 +93,14 @@ def test_libretranslate_environment_variables(tiny_model_dir, monkeypatch, capsy
     """A LibreTranslate docker setup's LT_* variables carry over as the defaults of the options of one name."""
     seen = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw, app=app))
-    for name, value in {"HOST": "0.0.0.0", "PORT": "5000", "CHAR_LIMIT": "300", "BATCH_LIMIT": "-1"}.items():
+    threads = []
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    variables = {"HOST": "0.0.0.0", "PORT": "5000", "CHAR_LIMIT": "300", "BATCH_LIMIT": "-1", "REQ_LIMIT": "7"}
+    for name, value in {**variables, "THREADS": "1"}.items():
         monkeypatch.setenv(f"LT_{name}", value)
-    assert main(["serve", "--model", str(tiny_model_dir), "--threads", "1"]) == 0
-    assert seen["host"] == "0.0.0.0" and seen["port"] == 5000
+    assert main(["serve", "--model", str(tiny_model_dir)]) == 0
+    assert seen["host"] == "0.0.0.0" and seen["port"] == 5000 and threads == [1]
+    assert seen["app"].state.service.access.anonymous_limit == 7
     settings = seen["app"].state.settings
     assert settings.char_limit == 300 and settings.max_sentences == Settings().max_sentences  # -1: the default
     assert main(["serve", "--model", str(tiny_model_dir), "--char-limit", "20", "--threads", "1"]) == 0
@@ -104,3 +109,26 @@ def test_libretranslate_environment_variables(tiny_model_dir, monkeypatch, capsy
     with pytest.raises(SystemExit):
         main(["serve", "--model", str(tiny_model_dir)])
     assert "environment variable LT_REQ_LIMIT: expected a whole number, got 'many'" in capsys.readouterr().err
+
+
+def test_a_libretranslate_keys_database_is_read_as_it_is(translator, tmp_path):
+    """LibreTranslate's db/api_keys.db (table api_keys: api_key, req_limit, char_limit) in place of a keys file."""
+    import sqlite3
+
+    db = tmp_path / "api_keys.db"
+    with sqlite3.connect(db) as c:
+        c.execute("CREATE TABLE api_keys (api_key TEXT NOT NULL, req_limit INTEGER NOT NULL, char_limit INTEGER)")
+        c.execute("INSERT INTO api_keys VALUES ('0f8c3b1e-aaaa-bbbb', 1, NULL), ('5e2d9a77-cccc-dddd', 0, 10)")
+    keys = read_keys(db)
+    assert [(k.per_minute, k.char_limit, k.line) for k in keys] == [(1, 0, 1), (0, 10, 2)]
+    with TestClient(create_app(translator, access=Access(keys, require="always"))) as c:
+        body = {"q": "A dog runs.", "source": "en", "target": "fr"}
+        assert c.post("/translate", data={**body, "api_key": "0f8c3b1e-aaaa-bbbb"}).status_code == 200
+        assert c.post("/translate", data={**body, "api_key": "0f8c3b1e-aaaa-bbbb"}).status_code == 429
+        r = c.post("/translate", data={**body, "api_key": "5e2d9a77-cccc-dddd"})
+        assert r.status_code == 413 and "exceeds the text limit of 10" in r.json()["error"]
+    bad = tmp_path / "other.db"
+    with sqlite3.connect(bad) as c:
+        c.execute("CREATE TABLE t (x)")
+    with pytest.raises(ConfigError, match="not a LibreTranslate keys database"):
+        read_keys(bad)

@@ -8,6 +8,9 @@ its limit in characters per request (LibreTranslate's per-key ``char_limit``)::
     b71d09e4c3aa5f26          # no number: the --key-limit default
     9d2e6c41f0b3a777   60  20000
 
+LibreTranslate's keys database (``db/api_keys.db``, SQLite: ``api_key``, ``req_limit`` per minute,
+``char_limit``) is read as it is, read-only, in place of a keys file.
+
 A key given with a request is compared with every key in constant time (``hmac.compare_digest``),
 so response timing does not reveal how much of a guess was right. Limits are token buckets: a
 client may send ``limit`` requests at once, then ``limit`` per minute.
@@ -37,9 +40,35 @@ class ApiKey:
         return f"key-line-{self.line}"
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def read_keys_db(path: Path) -> list[ApiKey]:
+    """The keys of a LibreTranslate keys database; its row number stands for the line."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            rows = list(db.execute("SELECT api_key, req_limit, char_limit FROM api_keys ORDER BY rowid"))
+    except sqlite3.Error as e:
+        raise ConfigError(f"{path}: not a LibreTranslate keys database (table api_keys): {e}") from None
+    keys = []
+    for n, (key, per_minute, chars) in enumerate(rows, 1):
+        if not isinstance(key, str) or len(key) < 8:
+            raise ConfigError(f"{path}: api_keys row {n}: key missing or shorter than 8 characters")
+        keys.append(ApiKey(key, max(int(per_minute or 0), 0), n, max(int(chars or 0), 0)))
+    if not keys:
+        raise ConfigError(f"{path}: no keys in the database")
+    return keys
+
+
 def read_keys(path: str | Path, default_limit: int = 0) -> list[ApiKey]:
-    """The keys of a keys file; a malformed line raises naming the file and line."""
+    """The keys of a keys file (or of a LibreTranslate keys database); a malformed line raises naming the
+    file and line."""
     path = Path(path)
+    with open(path, "rb") as f:
+        if f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
+            return read_keys_db(path)
     keys, seen = [], set()
     for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         words = raw.split("#", 1)[0].split()
