@@ -24,6 +24,7 @@ translation failed, 503 memory budget full, 504 timeout.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -34,7 +35,7 @@ from .. import langid
 from ..decode.markup import translate_html_batch
 from .fields import api_key, as_int, client_host, error, ignore_unknown, read_fields
 from .languages import Hop, listing, plan, sources_for
-from .service import Rejected, Service, language_option
+from .service import Rejected, Search, Service
 from .texts import repaired_html, split
 
 FIELDS = {"q", "source", "target", "format", "alternatives", "api_key", "secret"}
@@ -89,17 +90,31 @@ async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: i
     return [[t] for t in current]
 
 
+class _Batched:
+    """A translator whose ``translate`` sends the sentences through the model's batcher: handed to
+    :func:`transduce.decode.markup.translate_html_batch` on a worker thread, so the sentences of HTML
+    snippets are checked and batched like text while markup is parsed and rendered off the event loop."""
+
+    def __init__(self, service: Service, hop: Hop, loop: asyncio.AbstractEventLoop):
+        self.service, self.hop, self.loop = service, hop, loop
+
+    def translate(self, sentences: list[str], alignments="cover", alignment_layer=None, **options) -> list:
+        job = Search(
+            options.get("beam", 4), options.get("alpha", 0.6), 1, self.hop.target_lang, alignments, alignment_layer
+        )
+        self.service.check_search(job.beam, 1, job.alpha)
+        self.service.check_text(self.hop.spec, sentences, "q", count=False)
+        work = self.service.run(self.hop.spec, sentences, job, "q")
+        return asyncio.run_coroutine_threadsafe(work, self.loop).result()
+
+
 async def run_html(service: Service, hops: list[Hop], texts: list[str]) -> list[list[str]]:
     current = [repaired_html(t, i) for i, t in enumerate(texts)]
+    loop = asyncio.get_running_loop()
     for hop in hops:
-        service.check_text(hop.spec, current, "q")
+        translator = _Batched(service, hop, loop)
         lang = langid.base_language(hop.source)
-        options = dict(language_option(hop.target_lang), beam=service.settings.beam)
-
-        def call(translator, batch=current, lang=lang, options=options):
-            return translate_html_batch(translator, batch, lang, **options)
-
-        (current,) = await service.run(hop.spec, [call], ("call", (("id", id(call)),)), "q")
+        current = await asyncio.to_thread(translate_html_batch, translator, current, lang, beam=service.settings.beam)
     return [[t] for t in current]
 
 
