@@ -1,6 +1,7 @@
 """Serving over HTTP.
 
-server.py    — ``transduce serve``: the FastAPI app, middleware, command line
+command.py   — ``transduce serve``: command line, LT_* variables, uvicorn
+server.py    — the FastAPI app and its middleware (CORS, body limit, metrics)
 service.py   — what both APIs share: limits, key checks, routing, running work on a model's batcher
 libre.py     — the LibreTranslate API (/translate, /detect, /languages, /frontend/settings)
 fields.py    — LibreTranslate request fields from the query string, JSON or form data, leniently
