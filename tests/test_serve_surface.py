@@ -33,7 +33,7 @@ def test_frontend_settings_and_spec(translator, tmp_path):
     with TestClient(create_app(translator, Settings(char_limit=500))) as c:
         settings = c.get("/frontend/settings").json()
         assert settings["charLimit"] == 500 and settings["apiKeys"] is False and settings["keyRequired"] is False
-        assert settings["suggestions"] is False and settings["filesTranslation"] is False
+        assert settings["suggestions"] is False and settings["filesTranslation"] is True
         assert settings["language"] == {
             "source": {"code": "auto", "name": "Auto Detect"},
             "target": {"code": "fr", "name": "French"},

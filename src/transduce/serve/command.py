@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from ..decode.options import add_backend_arguments, backend_from_args
+from .files import FileStore, default_folder
 from .keys import Access, read_keys
 from .registry import ModelSpec, read_models
 from .server import create_app
@@ -88,6 +89,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--export-pair", default="", metavar="SRC:TGT", help="with --export-suggestions: only this pair's"
+    )
+    parser.add_argument(
+        "--files-dir",
+        type=Path,
+        default=None,
+        help="where translated files are kept until they expire (default: a folder in the system's temp folder)",
+    )
+    parser.add_argument(
+        "--file-expiry", type=float, default=1800, help="seconds a translated file stays downloadable (default 1800)"
+    )
+    parser.add_argument(
+        "--disable-files-translation", action="store_true", help="no POST /translate_file (LibreTranslate's flag)"
     )
     parser.add_argument(
         "--char-limit",
@@ -190,6 +203,9 @@ def run(args: argparse.Namespace) -> int:
     access = access_from_args(args)
     cors = tuple(o.strip() for o in args.cors_origins.split(",") if o.strip())
     suggestions = Store(args.suggestions) if args.suggestions is not None else None
+    if args.file_expiry <= 0:
+        raise ValueError(f"--file-expiry must be positive, got {args.file_expiry}")
+    files = False if args.disable_files_translation else FileStore(args.files_dir or default_folder(), args.file_expiry)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     backend = backend_from_args(args)
@@ -203,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
             access=access,
             cors_origins=cors,
             suggestions=suggestions,
+            files=files,
         )
     else:
         specs = read_models(args.models)
@@ -224,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
             budget_bytes=int(args.memory_budget_mb * 2**20),
             cors_origins=cors,
             suggestions=suggestions,
+            files=files,
         )
     uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout, log_level="info")
     return 0

@@ -205,8 +205,8 @@ def frontend_settings(service: Service) -> dict:
         "apiKeys": bool(service.access.keys),
         "keyRequired": service.access.require == "always",
         "suggestions": service.suggestions is not None,
-        "filesTranslation": False,
-        "supportedFilesFormat": [],
+        "filesTranslation": bool(service.file_formats),
+        "supportedFilesFormat": list(service.file_formats),
         "language": {
             "source": {"code": "auto", "name": "Auto Detect"},
             "target": {"code": target["code"], "name": target["name"]},

@@ -34,7 +34,9 @@ try:
     from fastapi.responses import HTMLResponse, JSONResponse, Response
     from pydantic import BaseModel
 
+    from . import files as files_api
     from . import libre, v1
+    from .files import FORMATS, FileStore, default_folder
     from .metrics import CONTENT_TYPE, Metrics
 except ImportError as e:  # pragma: no cover - the serve extra is missing
     raise ImportError(
@@ -159,10 +161,12 @@ def create_app(
     budget_bytes: int = 0,
     cors_origins: tuple[str, ...] = ("*",),
     suggestions=None,
+    files: FileStore | None | bool = True,
 ) -> FastAPI:
     """The ASGI app around one loaded :class:`~transduce.decode.translator.Translator` (``models``), or
     around a list of :class:`~transduce.serve.registry.ModelSpec` loaded on first use by ``load(spec)``
-    within ``budget_bytes`` (0: no limit)."""
+    within ``budget_bytes`` (0: no limit). ``files``: where translated files go (True: a folder under the
+    system's temporary folder; False: no file translation)."""
     settings = settings or Settings()
     access = access or Access([], require="never")
     if isinstance(models, list):
@@ -176,6 +180,10 @@ def create_app(
     if not isinstance(models, list):
         pool.add_loaded(next(iter(pool.specs.values())), models)
     service = Service(pool, settings, access, suggestions)  # suggestions: a suggestions.Store or None
+    if files is True:
+        files = FileStore(default_folder())
+    if files:
+        service.file_formats = FORMATS
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -198,6 +206,8 @@ def create_app(
         )
     app.include_router(libre.router(service))
     app.include_router(v1.router(service))
+    if files:
+        app.include_router(files_api.router(service, files))
 
     @app.get("/health", response_model=Health)
     def health() -> Health:

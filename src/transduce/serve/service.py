@@ -85,6 +85,7 @@ class Service:
     def __init__(self, pool: ModelPool, settings: Settings, access: Access, suggestions=None):
         self.pool, self.settings, self.access = pool, settings, access
         self.suggestions = suggestions  # a suggestions.Store, or None when /suggest is off
+        self.file_formats: tuple[str, ...] = ()  # what POST /translate_file takes (none: files are off)
 
     def authorize_chars(self, given: str | None, host: str | None) -> int:
         """:meth:`authorize`, then the character limit of the key given (0: the server's)."""

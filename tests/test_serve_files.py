@@ -1,0 +1,113 @@
+"""LibreTranslate's file translation: POST /translate_file and GET /download_file/<name> for .txt, .html
+and .srt, with the layout kept, size limits, expiry, and no way out of the files folder."""
+
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from transduce.api import load  # noqa: E402
+from transduce.decode.document import reassemble, sentences, split_text  # noqa: E402
+from transduce.decode.markup import translate_html_batch  # noqa: E402
+from transduce.serve.files import FileStore  # noqa: E402
+from transduce.serve.server import create_app  # noqa: E402
+from transduce.serve.service import Settings  # noqa: E402
+
+TXT = "A man rides a red bike. Two men talk.\n\n  A dog runs.\r\n"
+SRT = "1\n00:00:01,000 --> 00:00:02,500\nA man rides\na red bike.\n\n2\n00:00:03,000 --> 00:00:04,000\nA dog runs.\n"
+HTML = "<!DOCTYPE html>\n<html><head><title>A dog</title></head><body><p>A dog <b>runs</b>.</p></body></html>\n"
+
+
+@pytest.fixture(scope="module")
+def translator(tiny_model_dir):
+    return load(tiny_model_dir)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    yield
+    torch.set_num_threads(1)
+
+
+def document(translator, text):
+    pieces = split_text(text, "en")
+    return reassemble(pieces, translator.translate(sentences(pieces), beam=4))
+
+
+def upload(c, name, data, **fields):
+    return c.post("/translate_file", files={"file": (name, data)}, data={"source": "en", "target": "fr", **fields})
+
+
+def test_txt_srt_and_html_files_come_back_translated_with_their_layout(translator, tmp_path):
+    with TestClient(create_app(translator, files=FileStore(tmp_path / "files"))) as c:
+        assert c.get("/frontend/settings").json()["supportedFilesFormat"] == [".txt", ".html", ".htm", ".srt"]
+        got = {}
+        for name, data in (("notes.txt", TXT), ("film.srt", SRT), ("page.html", HTML)):
+            r = upload(c, name, data.encode())
+            assert r.status_code == 200, r.text
+            url = r.json()["translatedFileUrl"]
+            assert url.startswith("http://testserver/download_file/") and url.endswith("." + name)
+            download = c.get(url)
+            assert download.status_code == 200 and name in download.headers["content-disposition"]
+            got[name] = download.content.decode()
+    assert got["notes.txt"] == document(translator, TXT)
+    first, second = translator.translate(["A man rides a red bike.", "A dog runs."], beam=4)
+    assert got["film.srt"] == (
+        f"1\n00:00:01,000 --> 00:00:02,500\n{first}\n\n2\n00:00:03,000 --> 00:00:04,000\n{second}\n"
+    )
+    assert got["page.html"] == translate_html_batch(translator, [HTML], "en", beam=4)[0]
+    assert "<html><head><title>" in got["page.html"] and got["page.html"].endswith("</body></html>\n")
+
+
+def test_file_errors_limits_expiry_and_no_path_escape(translator, tmp_path):
+    store = FileStore(tmp_path / "files", expiry_s=0.5)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not serve")
+    with TestClient(create_app(translator, Settings(max_body=2000, char_limit=100), files=store)) as c:
+        r = upload(c, "report.pdf", b"%PDF")
+        assert r.status_code == 400 and "file type .pdf is not supported" in r.json()["error"]
+        r = upload(c, "latin1.txt", "caf\xe9".encode("latin-1"))
+        assert r.status_code == 400 and "latin1.txt is not UTF-8 text" in r.json()["error"]
+        r = upload(c, "long.txt", b"A dog runs. " * 20)
+        assert r.status_code == 413 and "exceeds the text limit of 100" in r.json()["error"]
+        r = upload(c, "huge.txt", b"x" * 5000)
+        assert r.status_code == 413 and "limit of 2000 bytes" in r.json()["error"]
+        r = c.post("/translate_file", data={"source": "en", "target": "fr"})
+        assert r.status_code == 400 and "missing file parameter" in r.json()["error"]
+        for name in (
+            "..%2Fsecret.txt",
+            "secret.txt",
+            "0" * 32 + ".secret.txt",
+            "%2E%2E%2Fsecret.txt",
+            "..%5Csecret.txt",
+        ):
+            r = c.get(f"/download_file/{name}")
+            assert r.status_code == 404 and "do not serve" not in r.text, name
+        url = upload(c, "../../etc/passwd.txt", b"A dog runs.", source="auto").json()["translatedFileUrl"]
+        assert url.endswith(".passwd.txt") and list((tmp_path / "files").iterdir())[0].name.endswith(".passwd.txt")
+        assert c.get(url).status_code == 200
+        time.sleep(0.6)
+        assert c.get(url).status_code == 404 and not list((tmp_path / "files").iterdir())  # expired, deleted
+    with TestClient(create_app(translator, files=False)) as c:
+        assert c.get("/frontend/settings").json()["filesTranslation"] is False
+        assert upload(c, "a.txt", b"A dog.").status_code in (404, 405)
+
+
+def test_file_options_on_the_command_line(tiny_model_dir, tmp_path, monkeypatch):
+    import uvicorn
+
+    from transduce.cli import main
+
+    seen = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(app=app))
+    argv = ["serve", "--model", str(tiny_model_dir), "--threads", "1"]
+    assert main([*argv, "--files-dir", str(tmp_path / "out"), "--file-expiry", "60"]) == 0
+    assert {"/translate_file", "/download_file/{name}"} <= set(seen["app"].openapi()["paths"])
+    assert (tmp_path / "out").is_dir()
+    assert main([*argv, "--disable-files-translation"]) == 0
+    assert "/translate_file" not in seen["app"].openapi()["paths"]
+    assert main([*argv, "--file-expiry", "0"]) == 2
