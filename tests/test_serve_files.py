@@ -44,7 +44,14 @@ def upload(c, name, data, **fields):
 
 def test_txt_srt_and_html_files_come_back_translated_with_their_layout(translator, tmp_path):
     with TestClient(create_app(translator, files=FileStore(tmp_path / "files"))) as c:
-        assert c.get("/frontend/settings").json()["supportedFilesFormat"] == [".txt", ".html", ".htm", ".srt"]
+        assert c.get("/frontend/settings").json()["supportedFilesFormat"] == [
+            ".txt",
+            ".html",
+            ".htm",
+            ".srt",
+            ".docx",
+            ".pptx",
+        ]
         got = {}
         for name, data in (("notes.txt", TXT), ("film.srt", SRT), ("page.html", HTML)):
             r = upload(c, name, data.encode())
@@ -111,3 +118,70 @@ def test_file_options_on_the_command_line(tiny_model_dir, tmp_path, monkeypatch)
     assert main([*argv, "--disable-files-translation"]) == 0
     assert "/translate_file" not in seen["app"].openapi()["paths"]
     assert main([*argv, "--file-expiry", "0"]) == 2
+
+
+W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+A = "http://schemas.openxmlformats.org/drawingml/2006/main"
+DOCX = (
+    f'<w:document xmlns:w="{W}"><w:body>'
+    '<w:p><w:pPr><w:jc w:val="center"/></w:pPr><w:r><w:t xml:space="preserve">A man rides a </w:t></w:r>'
+    '<w:r><w:rPr><w:b/></w:rPr><w:t>red</w:t></w:r><w:r><w:t xml:space="preserve"> bike.</w:t></w:r></w:p>'
+    "<w:p><w:r><w:t>A dog runs.</w:t></w:r><w:r><w:tab/></w:r><w:r><w:t>Two men talk.</w:t></w:r></w:p>"
+    "<w:p/></w:body></w:document>"
+)
+PPTX = (
+    f'<p:sld xmlns:p="http://schemas.openxmlformats.org/presentationml/2006/main" xmlns:a="{A}"><p:cSld><p:spTree>'
+    '<p:sp><p:txBody><a:p><a:r><a:rPr lang="en-US" i="1"/><a:t>A dog runs.</a:t></a:r></a:p></p:txBody></p:sp>'
+    "</p:spTree></p:cSld></p:sld>"
+)
+
+
+def archive(parts: dict) -> bytes:
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, text in parts.items():
+            z.writestr(name, text)
+    return buf.getvalue()
+
+
+def test_docx_and_pptx_paragraphs_translated_with_their_runs(translator, tmp_path):
+    import io
+    import re
+    import zipfile
+
+    from lxml import etree
+
+    other = {"[Content_Types].xml": "<Types/>", "word/media/x.bin": "\x00\x01keep"}
+    with TestClient(create_app(translator, files=FileStore(tmp_path / "files"))) as c:
+        outputs = {}
+        for name, part, xml in (("a.docx", "word/document.xml", DOCX), ("b.pptx", "ppt/slides/slide1.xml", PPTX)):
+            r = upload(c, name, archive({**other, part: xml}))
+            assert r.status_code == 200, r.text
+            z = zipfile.ZipFile(io.BytesIO(c.get(r.json()["translatedFileUrl"]).content))
+            assert all(z.read(n) == v.encode() for n, v in other.items())  # other parts byte for byte
+            outputs[name] = etree.fromstring(z.read(part))
+        r = upload(c, "broken.docx", b"PK not a zip")
+        assert r.status_code == 400 and "broken.docx: not a readable .docx file" in r.json()["error"]
+    with TestClient(create_app(translator, Settings(max_body=4000), files=FileStore(tmp_path / "files"))) as c:
+        bomb = archive({"word/document.xml": DOCX, "word/media/zeros.bin": "0" * 300_000})  # a few hundred bytes
+        r = upload(c, "bomb.docx", bomb)
+        assert r.status_code == 400 and "unpacks to 300" in r.json()["error"] and "limit of 200000" in r.json()["error"]
+    snippets = [
+        '<span data-r="0">A man rides a </span><span data-r="1">red</span><span data-r="2"> bike.</span>',
+        '<span data-r="0">A dog runs.</span><img data-r="1"><span data-r="2">Two men talk.</span>',
+        '<span data-r="0">A dog runs.</span>',
+    ]
+    want = [re.sub(r"<[^>]*>", "", t) for t in translate_html_batch(translator, snippets, "en", beam=4)]
+    ns = {"w": W, "a": A}
+    paragraphs = outputs["a.docx"].findall(".//w:p", ns)
+    got = ["".join(t.text or "" for t in p.iterfind(".//w:t", ns)) for p in paragraphs[:2]]
+    assert got == want[:2]
+    assert paragraphs[0].find("w:pPr/w:jc", ns) is not None and paragraphs[2].find("w:r", ns) is None
+    assert len(paragraphs[0].findall("w:r/w:rPr/w:b", ns)) == 1  # the bold run is there once, with its words
+    assert len(paragraphs[1].findall("w:r/w:tab", ns)) == 1  # the tab run is kept
+    slide = outputs["b.pptx"].find(".//a:p", ns)
+    assert "".join(t.text for t in slide.iterfind(".//a:t", ns)) == want[2]
+    assert slide.find("a:r/a:rPr", ns).get("i") == "1"

@@ -5,12 +5,14 @@
     GET  /download_file/<name>   the translated file (404 once expired or for any other name)
 
 Formats (UTF-8): ``.txt`` (a whole text: paragraphs, sentences and layout kept, as ``format: text``),
-``.html``/``.htm`` (markup kept, tags placed by alignment, as ``format: html``) and ``.srt`` subtitles
-(each cue's text translated, its number and timing kept). The upload is bounded by ``--max-body`` and
-its text by ``--char-limit``. Translated files are written under one folder (``--files-dir``, default a
-new temporary folder) as ``<random 32 hex>.<sanitised name>``, are deleted ``--file-expiry`` seconds
-after they were written, and a download name must be exactly that shape and resolve inside the folder,
-so no request can reach another file.
+``.html``/``.htm`` (markup kept, tags placed by alignment, as ``format: html``), ``.srt`` subtitles
+(each cue's text translated, its number and timing kept), and ``.docx``/``.pptx`` (each paragraph, its
+runs' formatting placed by alignment: :mod:`~transduce.serve.office`). The upload is bounded by
+``--max-body``, an archive's unpacked size by 50 × ``--max-body``, and its text by ``--char-limit``.
+Translated files are written under one folder (``--files-dir``, default a folder of the process under
+the system's temporary folder) as ``<random 32 hex>.<sanitised name>``, are deleted ``--file-expiry``
+seconds after they were written, and a download name must be exactly that shape and resolve inside the
+folder, so no request can reach another file.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
 
+from . import office
 from .fields import api_key, client_host, error, ignore_unknown
 from .languages import plan
 from .libre import check_size, detect_sources, run_html, run_text
 from .service import Rejected, Service
 
-FORMATS = (".txt", ".html", ".htm", ".srt")
+FORMATS = (".txt", ".html", ".htm", ".srt", ".docx", ".pptx")
 _NAME = re.compile(r"^[0-9a-f]{32}\.[A-Za-z0-9._-]{1,120}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _CUE = re.compile(r"^(\d+\s*\n[^\n]*-->[^\n]*\n)(.*)$", re.DOTALL)
@@ -100,15 +103,17 @@ async def translate_file(service: Service, store: FileStore, request: Request) -
     suffix = Path(upload.filename or "").suffix.lower()
     if suffix not in FORMATS:
         raise Rejected(400, f"Invalid request: file type {suffix or '(none)'} is not supported ({', '.join(FORMATS)})")
+    data = await upload.read()
+    if suffix in office.PARTS:
+        translated = await translate_office(service, fields, data, suffix, char_limit, upload.filename)
+        name = store.put(upload.filename or f"file{suffix}", translated)
+        return {"translatedFileUrl": str(request.url_for("libre_download_file", name=name))}
     try:
-        text = (await upload.read()).decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise Rejected(400, f"Invalid request: {upload.filename} is not UTF-8 text ({e})") from None
     check_size(service, [text], char_limit)
-    source, target = str(fields["source"]), str(fields["target"])
-    if source == "auto":
-        source = detect_sources(service, [text], target)[0][0]
-    hops = plan(service, source, target)
+    hops = route(service, fields, text)
     if suffix == ".srt":
         cues = srt_cues(text)
         where = [i for i, (_, body) in enumerate(cues) if body.strip()]
@@ -121,6 +126,29 @@ async def translate_file(service: Service, store: FileStore, request: Request) -
         translated = (await run_html(service, hops, [text]))[0][0]
     name = store.put(upload.filename or f"file{suffix}", translated.encode("utf-8"))
     return {"translatedFileUrl": str(request.url_for("libre_download_file", name=name))}
+
+
+def route(service: Service, fields: dict, text: str):
+    source, target = str(fields["source"]), str(fields["target"])
+    if source == "auto":
+        source = detect_sources(service, [text], target)[0][0]
+    return plan(service, source, target)
+
+
+async def translate_office(service: Service, fields: dict, data: bytes, suffix: str, char_limit: int, name) -> bytes:
+    """A .docx or .pptx file translated paragraph by paragraph (:mod:`~transduce.serve.office`)."""
+    try:
+        archive, trees = office.read_parts(data, suffix, 50 * service.settings.max_body)
+    except ValueError as e:
+        raise Rejected(400, f"Invalid request: {name}: {e}") from None
+    paras = office.paragraphs(trees, suffix)
+    text = "\n".join(re.sub(r"<[^>]*>", "", snippet) for _, snippet in paras)
+    check_size(service, [text], char_limit)
+    if paras:
+        done = await run_html(service, route(service, fields, text), [snippet for _, snippet in paras])
+        for (paragraph, _), out in zip(paras, done):
+            office.from_html(paragraph, office.PARTS[suffix][1], out[0])
+    return office.write(archive, trees)
 
 
 def router(service: Service, store: FileStore) -> APIRouter:
