@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from transduce.api import load  # noqa: E402
 from transduce.decode.document import reassemble, sentences, split_text  # noqa: E402
 from transduce.decode.markup import translate_html_batch  # noqa: E402
-from transduce.serve.files import FileStore  # noqa: E402
+from transduce.serve.files import FORMATS, FileStore  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
 from transduce.serve.service import Settings  # noqa: E402
 
@@ -43,15 +43,9 @@ def upload(c, name, data, **fields):
 
 
 def test_txt_srt_and_html_files_come_back_translated_with_their_layout(translator, tmp_path):
+    assert FORMATS == (".txt", ".html", ".htm", ".srt", ".docx", ".pptx", ".odt", ".odp")
     with TestClient(create_app(translator, files=FileStore(tmp_path / "files"))) as c:
-        assert c.get("/frontend/settings").json()["supportedFilesFormat"] == [
-            ".txt",
-            ".html",
-            ".htm",
-            ".srt",
-            ".docx",
-            ".pptx",
-        ]
+        assert c.get("/frontend/settings").json()["supportedFilesFormat"] == list(FORMATS)
         got = {}
         for name, data in (("notes.txt", TXT), ("film.srt", SRT), ("page.html", HTML)):
             r = upload(c, name, data.encode())
@@ -185,3 +179,40 @@ def test_docx_and_pptx_paragraphs_translated_with_their_runs(translator, tmp_pat
     slide = outputs["b.pptx"].find(".//a:p", ns)
     assert "".join(t.text for t in slide.iterfind(".//a:t", ns)) == want[2]
     assert slide.find("a:r/a:rPr", ns).get("i") == "1"
+
+
+T = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
+ODF = (
+    f'<office:document-content xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" xmlns:text="{T}" '
+    'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0"><office:body><office:text>'
+    '<text:h>A dog runs.</text:h><text:p>A man rides a <text:span text:style-name="T1">red</text:span> bike.'
+    "<text:tab/>Two<text:s/>men talk.</text:p><draw:frame><draw:text-box><text:p>A dog runs.</text:p>"
+    "</draw:text-box></draw:frame><text:p/></office:text></office:body></office:document-content>"
+)
+
+
+def test_odt_and_odp_paragraphs_translated_with_their_spans(translator, tmp_path):
+    import io
+    import re
+    import zipfile
+
+    from lxml import etree
+
+    snippets = [
+        "A dog runs.",
+        'A man rides a <span data-r="0">red</span> bike.<img data-r="1">Two men talk.',
+        "A dog runs.",
+    ]
+    want = [re.sub(r"<[^>]*>", "", t) for t in translate_html_batch(translator, snippets, "en", beam=4)]
+    ns = {"text": T}
+    with TestClient(create_app(translator, files=FileStore(tmp_path / "files"))) as c:
+        for name in ("a.odt", "b.odp"):
+            r = upload(c, name, archive({"mimetype": "application/vnd.oasis", "content.xml": ODF}))
+            assert r.status_code == 200, r.text
+            z = zipfile.ZipFile(io.BytesIO(c.get(r.json()["translatedFileUrl"]).content))
+            assert z.read("mimetype") == b"application/vnd.oasis"
+            root = etree.fromstring(z.read("content.xml"))
+            paragraphs = root.xpath("//text:h | //text:p", namespaces=ns)
+            assert ["".join(p.xpath("text()|text:span/text()", namespaces=ns)) for p in paragraphs[:3]] == want
+            assert len(paragraphs[1].findall("text:span", ns)) == 1 and len(paragraphs[1].findall("text:tab", ns)) == 1
+            assert paragraphs[1].find("text:span", ns).get(f"{{{T}}}style-name") == "T1"

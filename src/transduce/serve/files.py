@@ -6,7 +6,7 @@
 
 Formats (UTF-8): ``.txt`` (a whole text: paragraphs, sentences and layout kept, as ``format: text``),
 ``.html``/``.htm`` (markup kept, tags placed by alignment, as ``format: html``), ``.srt`` subtitles
-(each cue's text translated, its number and timing kept), and ``.docx``/``.pptx`` (each paragraph, its
+(each cue's text translated, its number and timing kept), and ``.docx``/``.pptx``/``.odt``/``.odp`` (each paragraph, its
 runs' formatting placed by alignment: :mod:`~transduce.serve.office`). The upload is bounded by
 ``--max-body``, an archive's unpacked size by 50 × ``--max-body``, and its text by ``--char-limit``.
 Translated files are written under one folder (``--files-dir``, default a folder of the process under
@@ -34,7 +34,7 @@ from .languages import plan
 from .libre import check_size, detect_sources, run_html, run_text
 from .service import Rejected, Service
 
-FORMATS = (".txt", ".html", ".htm", ".srt", ".docx", ".pptx")
+FORMATS = (".txt", ".html", ".htm", ".srt", ".docx", ".pptx", ".odt", ".odp")
 _NAME = re.compile(r"^[0-9a-f]{32}\.[A-Za-z0-9._-]{1,120}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _CUE = re.compile(r"^(\d+\s*\n[^\n]*-->[^\n]*\n)(.*)$", re.DOTALL)
@@ -136,7 +136,7 @@ def route(service: Service, fields: dict, text: str):
 
 
 async def translate_office(service: Service, fields: dict, data: bytes, suffix: str, char_limit: int, name) -> bytes:
-    """A .docx or .pptx file translated paragraph by paragraph (:mod:`~transduce.serve.office`)."""
+    """An office file translated paragraph by paragraph (:mod:`~transduce.serve.office`)."""
     try:
         archive, trees = office.read_parts(data, suffix, 50 * service.settings.max_body)
     except ValueError as e:
@@ -147,7 +147,7 @@ async def translate_office(service: Service, fields: dict, data: bytes, suffix: 
     if paras:
         done = await run_html(service, route(service, fields, text), [snippet for _, snippet in paras])
         for (paragraph, _), out in zip(paras, done):
-            office.from_html(paragraph, office.PARTS[suffix][1], out[0])
+            office.put_back(paragraph, suffix, out[0])
     return office.write(archive, trees)
 
 

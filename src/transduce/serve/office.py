@@ -1,4 +1,4 @@
-"""Word and PowerPoint files (.docx, .pptx): each paragraph translated, its runs' formatting following
+"""Office files (.docx, .pptx, .odt, .odp): each paragraph translated, its runs' formatting following
 their words.
 
 A paragraph (``w:p`` / ``a:p``) whose text sits in runs (``w:r`` / ``a:r``: formatting ``*:rPr`` and text
@@ -8,6 +8,11 @@ Each span of the answer becomes a copy of its run (same formatting) holding the 
 outside any span join the run before them. A run holding something other than text (a tab, a break, a
 picture) is kept whole and placed by alignment like an empty tag. Runs inside other elements of a
 paragraph (hyperlinks, fields) are kept as they are, untranslated.
+
+OpenDocument paragraphs (``text:p``, ``text:h`` in ``content.xml``) hold text directly, with
+``text:span`` elements around formatted stretches: the text becomes the snippet's text, each span that
+holds only text a ``<span>``, ``text:s`` its spaces, and any other element (a tab, a link, a frame) is
+kept whole and placed like an empty tag.
 
 The XML parts are read by lxml with entities and network access off; the archive's parts other than
 the translated ones are copied byte for byte.
@@ -26,9 +31,12 @@ from lxml import etree
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 A = "http://schemas.openxmlformats.org/drawingml/2006/main"
 XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
+TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 PARTS = {
     ".docx": (re.compile(r"^word/(document|header\d*|footer\d*|footnotes|endnotes)\.xml$"), W),
     ".pptx": (re.compile(r"^ppt/(slides/slide|notesSlides/notesSlide)\d+\.xml$"), A),
+    ".odt": (re.compile(r"^content\.xml$"), TEXT),
+    ".odp": (re.compile(r"^content\.xml$"), TEXT),
 }
 _PARSER = etree.XMLParser(resolve_entities=False, no_network=True, huge_tree=False)
 _SPAN = re.compile(r'<span data-r="(\d+)">(.*?)</span>|<img data-r="(\d+)">', re.DOTALL)
@@ -126,13 +134,67 @@ def read_parts(data: bytes, suffix: str, max_bytes: int) -> tuple[zipfile.ZipFil
 def paragraphs(trees: dict, suffix: str) -> list[tuple[object, str]]:
     """``(paragraph element, snippet)`` for every paragraph with text, in document order."""
     ns = PARTS[suffix][1]
+    tags = (f"{{{ns}}}p", f"{{{ns}}}h") if ns == TEXT else (f"{{{ns}}}p",)
     out = []
     for tree in trees.values():
-        for p in tree.iter(f"{{{ns}}}p"):
-            snippet = to_html(p, ns)
+        for p in tree.iter(*tags):
+            snippet = odf_to_html(p) if ns == TEXT else to_html(p, ns)
             if snippet is not None:
                 out.append((p, snippet))
     return out
+
+
+def put_back(paragraph, suffix: str, translated: str) -> None:
+    """The translated snippet in place of the paragraph's content (:func:`from_html`, :func:`odf_from_html`)."""
+    ns = PARTS[suffix][1]
+    odf_from_html(paragraph, translated) if ns == TEXT else from_html(paragraph, ns, translated)
+
+
+def _odf_simple_span(child) -> bool:
+    return child.tag == f"{{{TEXT}}}span" and len(child) == 0
+
+
+def odf_to_html(paragraph) -> str | None:
+    """An OpenDocument paragraph as a snippet (module docstring), or None when it has no text."""
+    esc = lambda t: html.escape(t or "", quote=False)  # noqa: E731
+    parts, text = [esc(paragraph.text)], [paragraph.text or ""]
+    for i, child in enumerate(paragraph):
+        if _odf_simple_span(child):
+            parts.append(f'<span data-r="{i}">{esc(child.text)}</span>')
+            text.append(child.text or "")
+        elif child.tag == f"{{{TEXT}}}s":
+            parts.append(" " * int(child.get(f"{{{TEXT}}}c", "1")))
+        else:
+            parts.append(f'<img data-r="{i}">')
+        parts.append(esc(child.tail))
+        text.append(child.tail or "")
+    return "".join(parts) if "".join(text).strip() else None
+
+
+def odf_from_html(paragraph, translated: str) -> None:
+    children = list(paragraph)
+    for child in children:
+        paragraph.remove(child)
+    paragraph.text = None
+
+    def add_text(t: str) -> None:
+        if not t:
+            return
+        if len(paragraph):
+            paragraph[-1].tail = (paragraph[-1].tail or "") + t
+        else:
+            paragraph.text = (paragraph.text or "") + t
+
+    pos = 0
+    for m in _SPAN.finditer(translated):
+        add_text(html.unescape(re.sub(r"<[^>]*>", "", translated[pos : m.start()])))
+        element = copy.deepcopy(children[int(m.group(3) if m.group(3) is not None else m.group(1))])
+        element.tail = None
+        if m.group(3) is None:
+            element.text = html.unescape(re.sub(r"<[^>]*>", "", m.group(2)))
+        paragraph.append(element)
+        pos = m.end()
+    add_text(html.unescape(re.sub(r"<[^>]*>", "", translated[pos:])))
 
 
 def write(archive: zipfile.ZipFile, trees: dict) -> bytes:
