@@ -26,9 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("transduce.viz.plots", "plot the paper's arguments: positions, schedule, masks, curves"),
     "complexity": ("transduce.viz.complexity", "measure Table 1: cost of attention, recurrent, convolutional layers"),
     "serve": (
-        "transduce.serve.server",
+        "transduce.serve.command",
         "serve models over HTTP: the LibreTranslate API, its own API under /v1, a web page",
     ),
+    "detect": ("transduce.langid", "identify the language of each line of text (offline, py3langid)"),
     "export": ("transduce.interop.export", "export a model directory to CTranslate2 or HuggingFace MarianMT"),
     "import": (
         "transduce.interop.import_marian",

@@ -1,15 +1,22 @@
-"""Word-level encoder–decoder attention of one translation, for the web page's hover view.
+"""Word-level encoder–decoder attention of translations, for the web page's hover view.
 
-From :func:`transduce.viz.attention.sentence_attention`'s cross-attention (L_dec, h, T, S) this keeps
-the mean over layers and heads (T, S), then groups SentencePiece pieces into words (a piece starting
-with ``▁`` starts a word): the weight of target word j on source word i is the mean, over j's pieces,
-of the summed weights of i's pieces. ``</s>`` is dropped on both axes, so a row sums to at most 1;
-what is missing went to the source's ``</s>``.
+:func:`word_alignments` translates a batch of sentences and records, in one teacher-forced pass per
+decoder layer (:func:`transduce.decode.align.cross_attention`), the encoder–decoder attention of each
+translation: the mean over layers and heads, (T, S) per sentence. :func:`word_alignment` then groups
+SentencePiece pieces into words (a piece starting with ``▁`` starts a word): the weight of target word j
+on source word i is the mean, over j's pieces, of the summed weights of i's pieces. ``</s>`` is dropped
+on both axes, so a row sums to at most 1; what is missing went to the source's ``</s>``. Nothing here
+imports a plotting library.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import torch
+
+from ..decode.align import check_model, cross_attention
 
 WORD_START = "\u2581"
 
@@ -26,9 +33,43 @@ def word_spans(pieces: list[str]) -> list[tuple[str, int, int]]:
     return [s for s in spans if s[0]]  # a bare "▁" piece is no word
 
 
-def word_alignment(maps) -> dict:
+@dataclass
+class CrossAttention:
+    """One translation's pieces and its attention: ``cross`` (T, S), rows ``target_out``, columns ``source``."""
+
+    source: list[str]  # S pieces: source + </s>
+    target_out: list[str]  # T pieces: output + </s>
+    translation: str
+    cross: np.ndarray
+
+
+EMPTY = {"translation": "", "source_words": [], "target_words": [], "weights": []}
+
+
+def word_alignments(translator, sentences: list[str], beam: int, target_lang: str | None = None) -> list[dict]:
+    """Translate ``sentences`` together and give each one's :func:`word_alignment` (blank lines: empty)."""
+    model, vocabs = check_model(translator.model), translator.vocabs
+    sources = translator.encode_sources(sentences, truncate=False, target_lang=target_lang)
+    results = translator.translate(sentences, beam=beam, return_scores=True, truncate=False, target_lang=target_lang)
+    keep = [n for n, ids in enumerate(sources) if ids is not None]
+    out = [dict(EMPTY) for _ in sentences]
+    if not keep:
+        return out
+    src, tgt = [sources[n] for n in keep], [results[n].tokens for n in keep]
+    layers = len(model.decoder.layers)
+    with torch.no_grad():
+        per_layer = [cross_attention(model, src, tgt, layer, translator.device) for layer in range(layers)]
+    eos = model.config.eos_id
+    for k, n in enumerate(keep):
+        cross = torch.stack([w[k] for w in per_layer]).mean(dim=0).numpy()  # (T, S): mean over layers (of heads)
+        pieces = CrossAttention(vocabs.src.pieces(src[k]), vocabs.tgt.pieces(tgt[k] + [eos]), results[n].text, cross)
+        out[n] = word_alignment(pieces)
+    return out
+
+
+def word_alignment(maps: CrossAttention) -> dict:
     """``{"translation", "source_words", "target_words", "weights"}``; weights[j][i]: target word j on source word i."""
-    cross = maps.cross.mean(axis=(0, 1))  # (T, S): mean over layers and heads
+    cross = maps.cross  # (T, S)
     src = word_spans(maps.source[:-1])  # without </s>
     tgt = word_spans(maps.target_out[:-1])
     weights = np.zeros((len(tgt), len(src)))

@@ -27,7 +27,7 @@ class Job:
     """One request: its sentences, the options that must match to share a batch, its size."""
 
     sentences: list[str]
-    key: Hashable  # (beam, nbest, alpha): requests batch together only when equal
+    key: Hashable  # the job's options (service.Search, service.Attention): batched together only when equal
     tokens: int  # source tokens incl. eos, for the token budget
     future: Future = field(default_factory=Future)
 

@@ -1,10 +1,15 @@
 """API keys and per-key request limits.
 
-Keys file: one key per line, optionally followed by that key's limit in requests per minute::
+Keys file: one key per line, optionally followed by that key's limit in requests per minute and
+its limit in characters per request (LibreTranslate's per-key ``char_limit``)::
 
     # comments and blank lines are ignored
     3f9c1e0b7a2d4c58   120
     b71d09e4c3aa5f26          # no number: the --key-limit default
+    9d2e6c41f0b3a777   60  20000
+
+LibreTranslate's keys database (``db/api_keys.db``, SQLite: ``api_key``, ``req_limit`` per minute,
+``char_limit``) is read as it is, read-only, in place of a keys file.
 
 A key given with a request is compared with every key in constant time (``hmac.compare_digest``),
 so response timing does not reveal how much of a guess was right. Limits are token buckets: a
@@ -28,28 +33,59 @@ class ApiKey:
     key: str
     per_minute: int  # 0: no limit
     line: int  # where it is in the keys file (its name in logs and metrics, never the key itself)
+    char_limit: int = 0  # characters per request; 0: the server's --char-limit
 
     @property
     def label(self) -> str:
         return f"key-line-{self.line}"
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def read_keys_db(path: Path) -> list[ApiKey]:
+    """The keys of a LibreTranslate keys database; its row number stands for the line."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            rows = list(db.execute("SELECT api_key, req_limit, char_limit FROM api_keys ORDER BY rowid"))
+    except sqlite3.Error as e:
+        raise ConfigError(f"{path}: not a LibreTranslate keys database (table api_keys): {e}") from None
+    keys = []
+    for n, (key, per_minute, chars) in enumerate(rows, 1):
+        if not isinstance(key, str) or len(key) < 8:
+            raise ConfigError(f"{path}: api_keys row {n}: key missing or shorter than 8 characters")
+        keys.append(ApiKey(key, max(int(per_minute or 0), 0), n, max(int(chars or 0), 0)))
+    if not keys:
+        raise ConfigError(f"{path}: no keys in the database")
+    return keys
+
+
 def read_keys(path: str | Path, default_limit: int = 0) -> list[ApiKey]:
-    """The keys of a keys file; a malformed line raises naming the file and line."""
+    """The keys of a keys file (or of a LibreTranslate keys database); a malformed line raises naming the
+    file and line."""
     path = Path(path)
+    with open(path, "rb") as f:
+        if f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
+            return read_keys_db(path)
     keys, seen = [], set()
     for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         words = raw.split("#", 1)[0].split()
         if not words:
             continue
-        if len(words) > 2 or (len(words) == 2 and not words[1].isdigit()):
-            raise ConfigError(f"{path}:{n}: expected 'KEY [REQUESTS_PER_MINUTE]', got {len(words)} fields")
+        if len(words) > 3 or not all(w.isdigit() for w in words[1:]):
+            raise ConfigError(
+                f"{path}:{n}: expected 'KEY [REQUESTS_PER_MINUTE [CHAR_LIMIT]]' with whole numbers, "
+                f"got {len(words)} fields"
+            )
         if len(words[0]) < 8:
             raise ConfigError(f"{path}:{n}: key shorter than 8 characters")
         if words[0] in seen:
             raise ConfigError(f"{path}:{n}: the same key appears twice")
         seen.add(words[0])
-        keys.append(ApiKey(words[0], int(words[1]) if len(words) == 2 else default_limit, n))
+        per_minute = int(words[1]) if len(words) >= 2 else default_limit
+        keys.append(ApiKey(words[0], per_minute, n, int(words[2]) if len(words) == 3 else 0))
     if not keys:
         raise ConfigError(f"{path}: no keys in the file")
     return keys
@@ -116,9 +152,16 @@ class Access:
             raise ValueError("API keys are required but no keys file was given (--api-keys FILE)")
         self.limiter = RateLimiter()
 
+    def char_limit(self, given: str | None) -> int:
+        """The characters per request of the key ``given`` (0: none of its own)."""
+        key = find_key(self.keys, given) if given and self.keys else None
+        return key.char_limit if key else 0
+
     def check(self, given: str | None, client_host: str | None) -> str:
-        """The client's label for metrics; raises :class:`Denied` (403 wrong or missing key, 429 over limit)."""
-        if given:
+        """The client's label for metrics; raises :class:`Denied` (403 wrong or missing key, 429 over limit).
+
+        A server without keys ignores a key sent to it (LibreTranslate clients always send one)."""
+        if given and self.keys:
             key = find_key(self.keys, given)
             if key is None:
                 raise Denied(403, "invalid API key")

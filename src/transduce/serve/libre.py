@@ -1,244 +1,270 @@
 """The LibreTranslate API, for the clients and plug-ins that speak it.
 
     POST /translate   q (string or list), source (a code or "auto"), target, format ("text" | "html"),
-                      alternatives (extra n-best outputs, default 0), api_key; JSON or form data
+                      alternatives (extra outputs per text, default 0), api_key
                       -> {"translatedText": "..."}            (a list when q is a list)
-                         "alternatives": [...]                 when alternatives > 0
+                         "alternatives": [...]                 when alternatives > 0 (empty lists for html)
                          "detectedLanguage": {"language", "confidence"}   when source is "auto"
+                         "route": ["fr-en", "en-de"]           when the text went through a pivot language
+    POST /detect      q -> [{"language": "en", "confidence": 97.2}, ...]   best first (GET /detect?q= too)
     GET  /languages   -> [{"code": "en", "name": "English", "targets": ["de"]}, ...]
+    GET  /frontend/settings   what LibreTranslate's page and Nextcloud read: limits, keys, languages
+    POST /suggest     q, s (the suggested translation), source, target -> {"success": true}
+                      (403 unless the server keeps suggestions: --suggestions FILE)
 
-Errors answer ``{"error": "..."}``: 400 bad request or unknown pair, 403 key missing or wrong,
-429 over the request limit, 500 translation failed (413/503/504 for size limits, a full memory
-budget and timeouts).
+Fields are read from the query string, JSON, form or multipart data (:mod:`~transduce.serve.fields`).
+Each text is translated whole: split into sentences, all sentences of the request batched together,
+put back with its layout (:mod:`~transduce.serve.texts`). ``source: "auto"`` identifies each text's
+language among the sources that reach ``target`` (:mod:`transduce.langid`).
 
-``source: "auto"`` does not detect the language: it picks the only source language any model
-here translates into ``target`` (``detectedLanguage.confidence`` is then 100), and answers 400
-naming the candidates when there are several.
+Errors answer ``{"error": "..."}``: 400 bad request or unknown pair, 403 key, 413 a size limit
+(``--char-limit``, ``--batch-limit``, a sentence over ``--max-chars``), 429 request limit, 500
+translation failed, 503 memory budget full, 504 timeout.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import re
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from .service import Rejected, Service, language_option
+from .. import langid
+from ..decode.markup import translate_html_batch
+from .fields import api_key, as_int, client_host, error, ignore_unknown, read_fields
+from .languages import Hop, listing, plan, sources_for
+from .service import Rejected, Search, Service
+from .texts import repaired_html, split
 
-try:  # HTML-aware translation: markup is kept, only the text between tags is translated
-    from ..decode.markup import translate_html
-except ImportError:  # not in this build: format=html answers 400
-    translate_html = None
-
-NAMES = {
-    "ar": "Arabic",
-    "bg": "Bulgarian",
-    "ca": "Catalan",
-    "cs": "Czech",
-    "da": "Danish",
-    "de": "German",
-    "el": "Greek",
-    "en": "English",
-    "eo": "Esperanto",
-    "es": "Spanish",
-    "et": "Estonian",
-    "fa": "Persian",
-    "fi": "Finnish",
-    "fr": "French",
-    "ga": "Irish",
-    "he": "Hebrew",
-    "hi": "Hindi",
-    "hu": "Hungarian",
-    "id": "Indonesian",
-    "it": "Italian",
-    "ja": "Japanese",
-    "ko": "Korean",
-    "lt": "Lithuanian",
-    "lv": "Latvian",
-    "nb": "Norwegian Bokmål",
-    "nl": "Dutch",
-    "pl": "Polish",
-    "pt": "Portuguese",
-    "ro": "Romanian",
-    "ru": "Russian",
-    "sk": "Slovak",
-    "sl": "Slovenian",
-    "sv": "Swedish",
-    "th": "Thai",
-    "tr": "Turkish",
-    "uk": "Ukrainian",
-    "vi": "Vietnamese",
-    "zh": "Chinese",
-}
-FIELDS = {"q", "source", "target", "format", "alternatives", "api_key"}
+FIELDS = {"q", "source", "target", "format", "alternatives", "api_key", "secret"}
+_TAG = re.compile(r"<[^>]*>")
 
 
-def error(status: int, message: str, retry_after: float = 0.0) -> JSONResponse:
-    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after else None
-    return JSONResponse(status_code=status, content={"error": message}, headers=headers)
+def check_size(service: Service, texts: list[str], key_char_limit: int = 0) -> None:
+    """LibreTranslate's limits: texts per request (--batch-limit) and characters per request (--char-limit
+    or the key's own)."""
+    s = service.settings
+    if len(texts) > s.max_sentences:
+        raise Rejected(413, f"Invalid request: {len(texts)} texts exceed the batch limit of {s.max_sentences}")
+    limit = key_char_limit or s.char_limit
+    chars = sum(len(t) for t in texts)
+    if limit and chars > limit:
+        raise Rejected(413, f"Invalid request: request ({chars} characters) exceeds the text limit of {limit}")
 
 
-async def read_fields(request: Request) -> dict[str, Any]:
-    """The request's fields from JSON or form data (application/x-www-form-urlencoded, multipart)."""
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        form = await request.form()
-        fields: dict[str, Any] = {}
-        for name in form:
-            values = form.getlist(name)
-            fields[name] = values if len(values) > 1 else values[0]
-        return fields
-    body = await request.body()
-    if not body:
-        return {}
-    try:
-        fields = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise Rejected(400, f"Invalid request: malformed JSON ({e})") from None
-    if not isinstance(fields, dict):
-        raise Rejected(400, "Invalid request: the JSON body must be an object")
-    return fields
-
-
-# ISO 639-3 codes of NAMES' languages: multilingual OPUS-MT models name targets so (>>deu<<, >>fra<<)
-THREE_LETTER = dict(
-    zip(
-        "ara bul cat ces dan deu ell eng epo spa est fas fin fra gle heb hin hun ind ita jpn kor lit lav nob nld "
-        "pol por ron rus slk slv swe tha tur ukr vie zho".split(),
-        "ar bg ca cs da de el en eo es et fa fi fr ga he hi hu id it ja ko lt lv nb nl pl pt ro ru sk sl sv th tr "
-        "uk vi zh".split(),
-        strict=True,
-    )
-)
-
-
-def name(code: str) -> str:
-    """The language's English name; a three-letter code's says the code too ("French (fra)" beside "fr")."""
-    if code in NAMES:
-        return NAMES[code]
-    two = THREE_LETTER.get(code)
-    return f"{NAMES[two]} ({code})" if two else code
-
-
-def languages(service: Service) -> list[dict]:
-    """Every source language and where it can go; a multilingual model adds each of its >>xx<< targets."""
-    pairs = [(s, t) for s, t in service.pool.by_pair if s and t]  # "": a model without [meta]
-    codes = sorted({c for pair in pairs for c in pair})
-    return [{"code": c, "name": name(c), "targets": sorted(t for s, t in pairs if s == c)} for c in codes]
-
-
-def as_int(value, name: str) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise Rejected(400, f"Invalid request: {name} must be an integer, got {value!r}") from None
-
-
-def pick_source(service: Service, source: str, target: str) -> tuple[str, bool]:
-    """(source, chosen by auto)."""
-    if source != "auto":
-        return source, False
-    candidates = service.pool.sources_for(target)
-    if len(candidates) == 1:
-        return candidates[0], True
+def detect_sources(service: Service, texts: list[str], target: str) -> list[tuple[str, float]]:
+    """``(source, confidence)`` for each text, among the sources that reach ``target``."""
+    candidates = sources_for(service, target)
     if not candidates:
         raise Rejected(400, f"source 'auto': no model here translates into {target!r}")
-    raise Rejected(
-        400,
-        f"source 'auto' does not detect languages on this server; several sources translate into "
-        f"{target!r} ({', '.join(candidates)}): name one",
-    )
+    if len(candidates) == 1:
+        return [(candidates[0], 100.0)] * len(texts)
+    return [langid.best(_TAG.sub(" ", t), candidates) for t in texts]
+
+
+async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: int) -> list[list[str]]:
+    """Each text through ``hops``: best first, then ``nbest - 1`` alternatives (sentence by sentence)."""
+    beam = max(service.settings.beam, nbest)
+    current = texts
+    for k, hop in enumerate(hops):
+        last = k == len(hops) - 1
+        parts = split(current, langid.base_language(hop.source))
+        for i, sentence in enumerate(parts.sentences):
+            if len(sentence) > service.settings.max_chars:
+                raise Rejected(
+                    413,
+                    f"field 'q': sentence {i + 1} has {len(sentence)} characters, over the limit of "
+                    f"{service.settings.max_chars} (--max-chars)",
+                )
+        n = nbest if last else 1
+        results = await service.translate(
+            hop.spec, parts.sentences, beam, nbest=n, field="q", target_lang=hop.target_lang, count=False
+        )
+        ranked = [[h.text for h in r] if isinstance(r, list) else [r.text] for r in results]
+        if not last:
+            current = parts.join([r[0] for r in ranked])
+            continue
+        return [list(t) for t in zip(*(parts.join([r[min(j, len(r) - 1)] for r in ranked]) for j in range(n)))]
+    return [[t] for t in current]
+
+
+class _Batched:
+    """A translator whose ``translate`` sends the sentences through the model's batcher: handed to
+    :func:`transduce.decode.markup.translate_html_batch` on a worker thread, so the sentences of HTML
+    snippets are checked and batched like text while markup is parsed and rendered off the event loop."""
+
+    def __init__(self, service: Service, hop: Hop, loop: asyncio.AbstractEventLoop):
+        self.service, self.hop, self.loop = service, hop, loop
+
+    def translate(self, sentences: list[str], alignments="cover", alignment_layer=None, **options) -> list:
+        job = Search(
+            options.get("beam", 4), options.get("alpha", 0.6), 1, self.hop.target_lang, alignments, alignment_layer
+        )
+        self.service.check_search(job.beam, 1, job.alpha)
+        self.service.check_text(self.hop.spec, sentences, "q", count=False)
+        work = self.service.run(self.hop.spec, sentences, job, "q")
+        return asyncio.run_coroutine_threadsafe(work, self.loop).result()
+
+
+async def run_html(service: Service, hops: list[Hop], texts: list[str]) -> list[list[str]]:
+    current = [repaired_html(t, i) for i, t in enumerate(texts)]
+    loop = asyncio.get_running_loop()
+    for hop in hops:
+        translator = _Batched(service, hop, loop)
+        lang = langid.base_language(hop.source)
+        current = await asyncio.to_thread(translate_html_batch, translator, current, lang, beam=service.settings.beam)
+    return [[t] for t in current]
 
 
 async def translate(service: Service, request: Request) -> dict:
     fields = await read_fields(request)
-    unknown = set(fields) - FIELDS - {"text"}
     if "q" not in fields and "text" in fields:
         raise Rejected(
             400, "Invalid request: missing q parameter (transduce's own API, with 'text', is at POST /v1/translate)"
         )
-    if unknown:
-        raise Rejected(400, f"Invalid request: unknown parameter(s) {', '.join(sorted(unknown))}")
+    ignore_unknown(fields, FIELDS, "/translate")
     for name in ("q", "source", "target"):
         if fields.get(name) in (None, "", []):
             raise Rejected(400, f"Invalid request: missing {name} parameter")
-    service.authorize(
-        fields.get("api_key") or request.headers.get("x-api-key"), request.client.host if request.client else None
-    )
+    char_limit = service.authorize_chars(api_key(fields, request), client_host(request))
     q, target = fields["q"], str(fields["target"])
     batch = isinstance(q, list)
     texts = q if batch else [q]
     if not all(isinstance(t, str) for t in texts):
         raise Rejected(400, "Invalid request: q must be a string or a list of strings")
-    source, auto = pick_source(service, str(fields["source"]), target)
-    spec, target_lang = service.route(source, target)
     fmt = fields.get("format", "text")
     if fmt not in ("text", "html"):
         raise Rejected(400, f"Invalid request: format must be 'text' or 'html', got {fmt!r}")
     alternatives = as_int(fields.get("alternatives", 0), "alternatives")
-    beam = max(service.settings.beam, alternatives + 1)
     if not 0 <= alternatives < service.settings.max_beam:
         raise Rejected(400, f"Invalid request: alternatives must be between 0 and {service.settings.max_beam - 1}")
-    if fmt == "html":
-        outputs = await html(service, spec, texts, alternatives, target_lang)
-    else:
-        results = await service.translate(spec, texts, beam, nbest=alternatives + 1, field="q", target_lang=target_lang)
-        outputs = [[h.text for h in r] if isinstance(r, list) else [r.text] for r in results]
+    check_size(service, texts, char_limit)
+    source = str(fields["source"])
+    detected = detect_sources(service, texts, target) if source == "auto" else [(source, 0.0)] * len(texts)
+    outputs: list[list[str]] = [[]] * len(texts)
+    routes: list[list[str]] = [[]] * len(texts)
+    for src in dict.fromkeys(s for s, _ in detected):
+        where = [i for i, (s, _) in enumerate(detected) if s == src]
+        hops = plan(service, src, target)
+        group = [texts[i] for i in where]
+        done = await (
+            run_html(service, hops, group) if fmt == "html" else run_text(service, hops, group, alternatives + 1)
+        )
+        for i, out in zip(where, done):
+            outputs[i], routes[i] = out, [h.pair for h in hops]
     answer: dict[str, Any] = {"translatedText": [o[0] for o in outputs] if batch else outputs[0][0]}
     if alternatives:
-        answer["alternatives"] = [o[1:] for o in outputs] if batch else outputs[0][1:]
-    if auto:
-        detected = {"language": source, "confidence": 100.0}
-        answer["detectedLanguage"] = [detected] * len(texts) if batch else detected
+        alts = [o[1:] for o in outputs]  # empty for html: no alternatives of markup
+        answer["alternatives"] = alts if batch else alts[0]
+    if source == "auto":
+        found = [{"language": s, "confidence": round(c, 1)} for s, c in detected]
+        answer["detectedLanguage"] = found if batch else found[0]
+    if any(len(r) > 1 for r in routes):
+        answer["route"] = routes if batch else routes[0]
     return answer
 
 
-async def html(service: Service, spec, texts: list[str], alternatives: int, target_lang: str | None) -> list[list[str]]:
-    """format=html: the one place that calls :func:`transduce.decode.markup.translate_html`."""
-    if translate_html is None:
-        raise Rejected(
-            400,
-            "format 'html' is not supported by this server build (transduce.decode.markup is "
-            "missing); send format 'text'",
-        )
-    if alternatives:
-        raise Rejected(400, "alternatives are not available with format 'html'")
-    service.check_text(spec, texts, "q")
-    out = []
-    for text in texts:
-
-        def call(translator, text=text):
-            return translate_html(translator, text, **dict(language_option(target_lang)))
-
-        (result,) = await service.run(spec, [call], ("call", (("id", id(call)),)), "q")
-        out.append([result])
-    return out
+async def detect(service: Service, request: Request) -> list[dict]:
+    fields = await read_fields(request)
+    ignore_unknown(fields, {"q", "api_key", "secret"}, "/detect")
+    if fields.get("q") in (None, ""):
+        raise Rejected(400, "Invalid request: missing q parameter")
+    service.authorize(api_key(fields, request), client_host(request))
+    q = fields["q"]
+    text = " ".join(q) if isinstance(q, list) else str(q)
+    check_size(service, [text])
+    candidates = [lang["code"] for lang in listing(service)]
+    return [{"language": c, "confidence": round(p, 1)} for c, p in langid.rank(_TAG.sub(" ", text), candidates)]
 
 
-def router(service: Service) -> APIRouter:
-    api = APIRouter(tags=["LibreTranslate API"])
+async def suggest(service: Service, request: Request) -> dict:
+    fields = await read_fields(request)
+    ignore_unknown(fields, {"q", "s", "source", "target", "api_key", "secret"}, "/suggest")
+    if service.suggestions is None:
+        raise Rejected(403, "Suggestions are disabled on this server (transduce serve --suggestions FILE)")
+    for name in ("q", "s", "source", "target"):
+        if not isinstance(fields.get(name), str) or not fields[name]:
+            raise Rejected(400, f"Invalid request: missing {name} parameter (a string)")
+    char_limit = service.authorize_chars(api_key(fields, request), client_host(request))
+    check_size(service, [fields["q"], fields["s"]], char_limit)
+    service.suggestions.add(fields["q"], fields["s"], fields["source"], fields["target"])
+    return {"success": True}
 
-    @api.post(
-        "/translate",
-        summary="LibreTranslate: translate q from source to target",
-        responses={
-            400: {"description": "bad request or unknown language pair"},
-            403: {"description": "API key missing or wrong"},
-            429: {"description": "request limit"},
-            500: {"description": "translation failed"},
+
+def frontend_settings(service: Service) -> dict:
+    langs = listing(service)
+    sources = [lang for lang in langs if lang["targets"]] or langs
+    first = sources[0] if sources else {"code": "", "name": ""}
+    target_code = first["targets"][0] if first.get("targets") else first["code"]
+    target = next((lang for lang in langs if lang["code"] == target_code), first)
+    return {
+        "charLimit": service.settings.char_limit or -1,
+        "frontendTimeout": 500,
+        "apiKeys": bool(service.access.keys),
+        "keyRequired": service.access.require == "always",
+        "suggestions": service.suggestions is not None,
+        "filesTranslation": bool(service.file_formats),
+        "supportedFilesFormat": list(service.file_formats),
+        "language": {
+            "source": {"code": "auto", "name": "Auto Detect"},
+            "target": {"code": target["code"], "name": target["name"]},
         },
-    )
-    async def libre_translate(request: Request):
+    }
+
+
+def _answer(work, name: str):
+    async def handler(request: Request):
         try:
-            return JSONResponse(await translate(service, request))
+            return JSONResponse(await work(request))
         except Rejected as e:  # LibreTranslate answers a bad value with 400 where the own API says 422
             return error(400 if e.status == 422 else e.status, e.message, e.retry_after)
         except Exception as e:  # noqa: BLE001 - answered in LibreTranslate's shape, not a traceback
             return error(500, f"translation failed: {type(e).__name__}: {e}")
 
+    handler.__name__ = name  # the OpenAPI operation's id
+    return handler
+
+
+def router(service: Service) -> APIRouter:
+    api = APIRouter(tags=["LibreTranslate API"])
+    errors = {
+        400: {"description": "bad request or unknown language pair"},
+        403: {"description": "API key wrong, or missing where required"},
+        413: {"description": "a size limit"},
+        429: {"description": "request limit"},
+        500: {"description": "translation failed"},
+    }
+    api.add_api_route(
+        "/translate",
+        _answer(lambda r: translate(service, r), "libre_translate"),
+        methods=["POST"],
+        summary="LibreTranslate: translate q from source to target",
+        responses=errors,
+    )
+    for method in ("POST", "GET"):  # GET /detect?q= as Nextcloud sends it
+        api.add_api_route(
+            "/detect",
+            _answer(lambda r: detect(service, r), f"libre_detect_{method.lower()}"),
+            methods=[method],
+            summary="LibreTranslate: the language of q",
+            responses=errors,
+        )
+    api.add_api_route(
+        "/suggest",
+        _answer(lambda r: suggest(service, r), "libre_suggest"),
+        methods=["POST"],
+        summary="LibreTranslate: keep a suggested translation (for fine-tuning)",
+        responses=errors,
+    )
+
     @api.get("/languages", summary="LibreTranslate: languages and their targets")
     async def libre_languages():
-        return languages(service)
+        return listing(service)
+
+    @api.get("/frontend/settings", summary="LibreTranslate: the server's settings for front ends")
+    async def libre_frontend_settings():
+        return frontend_settings(service)
 
     return api

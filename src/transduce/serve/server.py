@@ -1,10 +1,7 @@
-"""``transduce serve``: translation over HTTP (FastAPI + uvicorn), one model or many.
+"""The HTTP app of ``transduce serve`` (FastAPI; its command line is command.py), one model or many.
 
-    transduce serve --model DIR                   one model directory
-    transduce serve --models models.toml          several, routed by language pair (see registry.py)
-    transduce serve --models DIR_OF_MODELS        every model directory in DIR_OF_MODELS
-
-    POST /translate, GET /languages   the LibreTranslate API (libre.py)
+    POST /translate, /detect, GET /languages, /frontend/settings   the LibreTranslate API (libre.py)
+    GET  /spec        the OpenAPI document (LibreTranslate's path for it)
     POST /v1/translate, /v1/attention, GET /v1/models   transduce's own API (v1.py)
     GET  /            a page to translate in the browser (static/)
     GET  /metrics     Prometheus metrics (metrics.py)
@@ -13,30 +10,33 @@
 
 Concurrent requests for one model are batched by :class:`~transduce.serve.batcher.Batcher` (one
 worker thread per loaded model). Models load on first use within ``--memory-budget-mb``.
+Every answer carries CORS headers for ``--cors-origins`` (default ``*``, as LibreTranslate), and
+preflight ``OPTIONS`` requests are answered, so browser extensions on other origins can call it.
 uvicorn's graceful shutdown (SIGINT/SIGTERM) stops accepting connections, lets in-flight
 requests finish, then the batchers drain their queues.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import time
 from pathlib import Path
 
-from ..decode.options import add_backend_arguments, backend_from_args
-from .keys import Access, read_keys
-from .registry import ModelPool, ModelSpec, read_models
+from .keys import Access
+from .registry import ModelPool, ModelSpec
 from .service import Service, Settings, make_batcher_factory
 
 try:
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
+    from fastapi.middleware.cors import CORSMiddleware
     from fastapi.responses import HTMLResponse, JSONResponse, Response
     from pydantic import BaseModel
 
+    from . import files as files_api
     from . import libre, v1
+    from .files import FORMATS, FileStore, default_folder
     from .metrics import CONTENT_TYPE, Metrics
 except ImportError as e:  # pragma: no cover - the serve extra is missing
     raise ImportError(
@@ -44,7 +44,7 @@ except ImportError as e:  # pragma: no cover - the serve extra is missing
     ) from e
 
 STATIC = Path(__file__).with_name("static")
-__all__ = ["Settings", "create_app", "add_arguments", "run"]
+__all__ = ["Settings", "create_app"]
 
 
 class Health(BaseModel):
@@ -159,10 +159,14 @@ def create_app(
     access: Access | None = None,
     load=None,
     budget_bytes: int = 0,
+    cors_origins: tuple[str, ...] = ("*",),
+    suggestions=None,
+    files: FileStore | None | bool = True,
 ) -> FastAPI:
     """The ASGI app around one loaded :class:`~transduce.decode.translator.Translator` (``models``), or
     around a list of :class:`~transduce.serve.registry.ModelSpec` loaded on first use by ``load(spec)``
-    within ``budget_bytes`` (0: no limit)."""
+    within ``budget_bytes`` (0: no limit). ``files``: where translated files go (True: a folder under the
+    system's temporary folder; False: no file translation)."""
     settings = settings or Settings()
     access = access or Access([], require="never")
     if isinstance(models, list):
@@ -175,7 +179,11 @@ def create_app(
     pool.make_batcher = make_batcher_factory(settings, metrics)
     if not isinstance(models, list):
         pool.add_loaded(next(iter(pool.specs.values())), models)
-    service = Service(pool, settings, access)
+    service = Service(pool, settings, access, suggestions)  # suggestions: a suggestions.Store or None
+    if files is True:
+        files = FileStore(default_folder())
+    if files:
+        service.file_formats = FORMATS
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -192,8 +200,14 @@ def create_app(
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
     app.add_middleware(Observe, metrics=metrics)
+    if cors_origins:  # outermost: errors of the inner layers (413, 500) carry the headers too
+        app.add_middleware(
+            CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"], allow_headers=["*"]
+        )
     app.include_router(libre.router(service))
     app.include_router(v1.router(service))
+    if files:
+        app.include_router(files_api.router(service, files))
 
     @app.get("/health", response_model=Health)
     def health() -> Health:
@@ -212,6 +226,10 @@ def create_app(
             batches=sum(s.batches for s in stats),
             max_requests_in_batch=max((s.max_requests_in_batch for s in stats), default=0),
         )
+
+    @app.get("/spec", include_in_schema=False)
+    def spec() -> dict:
+        return app.openapi()
 
     @app.get("/metrics", include_in_schema=False)
     def prometheus() -> Response:
@@ -232,132 +250,3 @@ def _version() -> str:
     from .. import __version__
 
     return __version__
-
-
-# ---------------------------------------------------------------------------- command line
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = Settings()
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--model", type=Path, help="one model directory")
-    which.add_argument(
-        "--models",
-        type=Path,
-        help="a models TOML ([[model]] path/source/target) or a directory "
-        "of model directories whose [meta] names src_lang/tgt_lang",
-    )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: localhost only)")
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--device", default="cpu")
-    add_backend_arguments(parser)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument(
-        "--memory-budget-mb",
-        type=float,
-        default=0,
-        help="with --models: MiB of loaded models; the least recently used idle ones are unloaded "
-        "to load another (default 0: no limit)",
-    )
-    parser.add_argument(
-        "--api-keys", type=Path, default=None, help="file of API keys, one per line: KEY [REQUESTS_PER_MINUTE]"
-    )
-    parser.add_argument(
-        "--require-api-key",
-        choices=("remote", "always"),
-        default="remote",
-        help="with --api-keys: who must send a key (default: clients not on this machine)",
-    )
-    parser.add_argument(
-        "--key-limit",
-        type=int,
-        default=0,
-        help="requests per minute for keys without their own number (default 0: no limit)",
-    )
-    parser.add_argument(
-        "--req-limit",
-        type=int,
-        default=0,
-        help="requests per minute per client address without a key (default 0: no limit)",
-    )
-    parser.add_argument("--beam", type=int, default=d.beam, help="beam of the LibreTranslate API and the page")
-    parser.add_argument("--max-sentences", type=int, default=d.max_sentences, help="sentences per request")
-    parser.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per sentence")
-    parser.add_argument("--max-body", type=int, default=d.max_body, help="request body bytes")
-    parser.add_argument("--max-beam", type=int, default=d.max_beam)
-    parser.add_argument("--timeout", type=float, default=d.timeout, help="seconds per request")
-    parser.add_argument("--wait-ms", type=float, default=d.wait_ms, help="batching window when idle")
-    parser.add_argument("--batch-tokens", type=int, default=d.batch_tokens, help="source tokens per batch")
-    parser.add_argument(
-        "--max-batch-requests",
-        type=int,
-        default=d.max_batch_requests,
-        help="requests per batch (1 disables dynamic batching)",
-    )
-    parser.add_argument(
-        "--graceful-timeout",
-        type=float,
-        default=None,
-        help="seconds to wait for in-flight requests on shutdown (default: no limit)",
-    )
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    s = Settings(
-        args.max_sentences,
-        args.max_chars,
-        args.max_body,
-        args.max_beam,
-        args.timeout,
-        args.wait_ms,
-        args.batch_tokens,
-        args.max_batch_requests,
-        args.beam,
-    )
-    for key, value in vars(s).items():
-        if value < 0 or (value == 0 and key != "wait_ms"):
-            raise ValueError(f"--{key.replace('_', '-')} must be positive, got {value}")
-    if s.beam > s.max_beam:
-        raise ValueError(f"--beam {s.beam} is larger than --max-beam {s.max_beam}")
-    for key in ("memory_budget_mb", "key_limit", "req_limit"):
-        if getattr(args, key) < 0:
-            raise ValueError(f"--{key.replace('_', '-')} must not be negative, got {getattr(args, key)}")
-    return s
-
-
-def access_from_args(args: argparse.Namespace) -> Access:
-    if args.api_keys is None:
-        return Access([], require="never", anonymous_limit=args.req_limit)
-    return Access(read_keys(args.api_keys, args.key_limit), args.require_api_key, args.req_limit)
-
-
-def run(args: argparse.Namespace) -> int:
-    import torch
-    import uvicorn
-
-    from ..api import load
-
-    settings = settings_from_args(args)
-    access = access_from_args(args)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    backend = backend_from_args(args)
-    if args.model is not None:
-        translator = load(args.model, device=args.device, backend=backend)
-        print(f"transduce serve: {translator.fast_paths.line()}", flush=True)
-        app = create_app(translator, settings, name=Path(args.model).name, access=access)
-    else:
-        specs = read_models(args.models)
-
-        def load_spec(spec: ModelSpec):
-            from ..fastpaths import requested_backend
-
-            # a model's own dtype (its line in --models) names its backend; else the server's options
-            chosen = backend if spec.dtype is None else requested_backend("auto", spec.dtype, args.native)
-            translator = load(spec.path, device=args.device, backend=chosen)
-            print(f"transduce serve: {spec.name}: {translator.fast_paths.line()}", flush=True)
-            return translator
-
-        app = create_app(
-            specs, settings, access=access, load=load_spec, budget_bytes=int(args.memory_budget_mb * 2**20)
-        )
-    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout, log_level="info")
-    return 0

@@ -2,8 +2,9 @@
 
 Every use of a model goes through its :class:`~transduce.serve.batcher.Batcher` worker thread (one
 per loaded model), so translation, attention recording and HTML translation never run
-concurrently on one model. A batcher job's key is ``(kind, options)``; jobs batch together only
-when both match.
+concurrently on one model. A batcher job's key is its options, a :class:`Search` or an
+:class:`Attention`; jobs batch together only when these are equal (HTML is a :class:`Search` with
+alignments, so the sentences of HTML snippets batch like text).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from .alignment import word_alignments
 from .batcher import Batcher, Job
 from .keys import Access, Denied
 from .registry import Loaded, ModelPool, ModelSpec, NoModel, PoolFull
@@ -29,6 +31,27 @@ class Settings:
     batch_tokens: int = 4096  # source tokens per batch
     max_batch_requests: int = 64  # 1 = one request at a time
     beam: int = 4  # beam of the LibreTranslate API and the page (§6.1: 4)
+    char_limit: int = 0  # characters per LibreTranslate request, all texts together (0: no limit)
+
+
+@dataclass(frozen=True)
+class Search:
+    """A translation job's options (:meth:`Translator.translate`'s)."""
+
+    beam: int = 4
+    alpha: float = 0.6
+    nbest: int = 1
+    target_lang: str | None = None  # a multilingual model's >>code<< token
+    alignments: bool | str = False  # "cover": word alignments for HTML tag placement
+    alignment_layer: int | None = None
+
+
+@dataclass(frozen=True)
+class Attention:
+    """A job recording each translation's word-level encoder–decoder attention (for the page)."""
+
+    beam: int = 4
+    target_lang: str | None = None
 
 
 class Rejected(Exception):
@@ -39,30 +62,35 @@ class Rejected(Exception):
         self.status, self.message, self.retry_after = status, message, retry_after
 
 
-def run_job(translator, sentences: list[str], key):
-    """What a batcher worker does with one batch (``key = (kind, options)``)."""
-    kind, options = key
-    if kind == "translate":
-        return translator.translate(sentences, return_scores=True, truncate=False, **dict(options))
-    if kind == "attention":
-        from ..viz.attention import sentence_attention
-        from .alignment import word_alignment
-
-        return [
-            word_alignment(sentence_attention(translator, s, **dict(options)))
-            if s.strip()
-            else {"translation": "", "source_words": [], "target_words": [], "weights": []}
-            for s in sentences
-        ]
-    if kind == "call":  # one arbitrary function of the translator per job (HTML translation)
-        (function,) = sentences
-        return [function(translator)]
-    raise ValueError(f"unknown job kind {kind!r}")
+def run_job(translator, sentences: list[str], job: Search | Attention) -> list:
+    """What a batcher worker does with one batch."""
+    if isinstance(job, Search):
+        extra = {"alignments": job.alignments, "alignment_layer": job.alignment_layer} if job.alignments else {}
+        return translator.translate(
+            sentences,
+            beam=job.beam,
+            alpha=job.alpha,
+            nbest=job.nbest,
+            target_lang=job.target_lang,
+            return_scores=True,
+            truncate=False,
+            **extra,
+        )
+    if isinstance(job, Attention):
+        return word_alignments(translator, sentences, job.beam, job.target_lang)
+    raise ValueError(f"unknown job {job!r}")
 
 
 class Service:
-    def __init__(self, pool: ModelPool, settings: Settings, access: Access):
+    def __init__(self, pool: ModelPool, settings: Settings, access: Access, suggestions=None):
         self.pool, self.settings, self.access = pool, settings, access
+        self.suggestions = suggestions  # a suggestions.Store, or None when /suggest is off
+        self.file_formats: tuple[str, ...] = ()  # what POST /translate_file takes (none: files are off)
+
+    def authorize_chars(self, given: str | None, host: str | None) -> int:
+        """:meth:`authorize`, then the character limit of the key given (0: the server's)."""
+        self.authorize(given, host)
+        return self.access.char_limit(given)
 
     def authorize(self, given: str | None, host: str | None) -> str:
         try:
@@ -85,9 +113,10 @@ class Service:
         except NoModel as e:
             raise Rejected(400, str(e)) from None
 
-    def check_text(self, spec: ModelSpec, sentences: list[str], field: str) -> None:
+    def check_text(self, spec: ModelSpec, sentences: list[str], field: str, count: bool = True) -> None:
+        """Sentences per request (unless not ``count``: the split sentences of whole texts) and characters."""
         s = self.settings
-        if len(sentences) > s.max_sentences:
+        if count and len(sentences) > s.max_sentences:
             raise Rejected(
                 413, f"field '{field}': {len(sentences)} sentences exceed the limit of {s.max_sentences} per request"
             )
@@ -119,7 +148,7 @@ class Service:
         if not 0.0 <= alpha <= 10.0:
             raise Rejected(422, f"field 'alpha': must be between 0 and 10, got {alpha}")
 
-    async def run(self, spec: ModelSpec, sentences: list, key, field: str = "text") -> list:
+    async def run(self, spec: ModelSpec, sentences: list[str], job: Search | Attention, field: str = "text") -> list:
         """Queue ``sentences`` on the model's batcher (loading the model if needed) and await the results."""
         try:
             entry = await asyncio.to_thread(self.pool.acquire, spec)
@@ -128,12 +157,11 @@ class Service:
         except Exception as e:  # noqa: BLE001 - a broken model directory: say which, keep serving the others
             raise Rejected(500, f"model {spec.name} ({spec.path}) could not be loaded: {e}") from None
         try:
-            prefix = 1 if dict(key[1]).get("target_lang") else 0
-            tokens = self.check_tokens(entry, sentences, field, prefix) if key[0] != "call" else 1
+            tokens = self.check_tokens(entry, sentences, field, 1 if job.target_lang else 0)
             if not sentences:
                 return []
             try:
-                future = entry.batcher.submit(Job(sentences, key, tokens))
+                future = entry.batcher.submit(Job(sentences, job, tokens))
             except RuntimeError as e:
                 raise Rejected(503, str(e)) from None
             try:
@@ -154,22 +182,18 @@ class Service:
         alpha: float = 0.6,
         field: str = "text",
         target_lang: str | None = None,
+        count: bool = True,
+        alignments: bool | str = False,
     ) -> list:
         self.check_search(beam, nbest, alpha)
-        self.check_text(spec, sentences, field)
-        options = (("alpha", alpha), ("beam", beam), ("nbest", nbest)) + language_option(target_lang)
-        return await self.run(spec, sentences, ("translate", options), field)
-
-
-def language_option(target_lang: str | None) -> tuple:
-    """A batcher job's option choosing a multilingual model's target language (none for others)."""
-    return (("target_lang", target_lang),) if target_lang else ()
+        self.check_text(spec, sentences, field, count)
+        return await self.run(spec, sentences, Search(beam, alpha, nbest, target_lang, alignments), field)
 
 
 def make_batcher_factory(settings: Settings, metrics):
     def make(spec: ModelSpec, translator) -> Batcher:
         return Batcher(
-            lambda sentences, key: run_job(translator, sentences, key),
+            lambda sentences, job: run_job(translator, sentences, job),
             settings.wait_ms / 1000,
             settings.batch_tokens,
             settings.max_batch_requests,

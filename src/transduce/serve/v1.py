@@ -19,7 +19,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from .service import Rejected, Service, language_option
+from .service import Attention, Rejected, Service
 
 
 class TranslateRequest(BaseModel):
@@ -124,8 +124,7 @@ def router(service: Service) -> APIRouter:
             spec, target_lang = service.route(req.source, req.target)
             service.check_search(req.beam, 1)
             service.check_text(spec, req.text, "text")
-            options = (("beam", req.beam),) + language_option(target_lang)
-            result = await service.run(spec, req.text, ("attention", options))
+            result = await service.run(spec, req.text, Attention(req.beam, target_lang))
         except Rejected as e:
             raise _http(e) from None
         except ValueError as e:  # e.g. a model decoded by the C++ step records no attention

@@ -1,0 +1,63 @@
+"""Whole texts in, whole texts out: what the LibreTranslate API does with a ``q`` before and after the model.
+
+``format: text``: each text is split into paragraphs and sentences (:mod:`transduce.decode.document`,
+the same splitting as ``transduce translate --document``); the sentences of every text of a request go
+to the model together, and each text is put back with its blank lines, indentation and line ends exactly
+as sent.
+
+``format: html``: each snippet must parse (:func:`transduce.decode.markup.parse`). One that does not (an
+unclosed ``<p>``, a stray end tag) is repaired as browsers do, by lxml's HTML parser, and translated
+in its repaired form; a snippet lxml cannot read either is a 400 naming the problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..decode.document import Piece, reassemble, split_text
+from .service import Rejected
+
+
+@dataclass
+class Split:
+    """The texts of a request as sentence pieces; ``sentences`` are the model's inputs, all texts in order."""
+
+    pieces: list[list[Piece]]
+
+    @property
+    def sentences(self) -> list[str]:
+        return [p.source for text in self.pieces for p in text if p.sentence]
+
+    def join(self, translations: list[str]) -> list[str]:
+        """Each text with its sentences replaced by ``translations`` (one per sentence, in order)."""
+        out, start = [], 0
+        for pieces in self.pieces:
+            n = sum(p.sentence for p in pieces)
+            out.append(reassemble(pieces, translations[start : start + n]))
+            start += n
+        return out
+
+
+def split(texts: list[str], lang: str) -> Split:
+    """``texts`` split into sentences by the segmenter rules of ``lang`` (a language code)."""
+    return Split([split_text(text, lang) for text in texts])
+
+
+def repaired_html(text: str, index: int) -> str:
+    """``text`` if it parses strictly, else its repair by lxml's lenient HTML parser (module docstring)."""
+    from ..decode.markup import parse
+
+    try:
+        parse(text)
+        return text
+    except ValueError as strict:
+        problem = strict
+    try:
+        import lxml.html
+
+        parts = lxml.html.fragments_fromstring(text)
+        fixed = "".join(p if isinstance(p, str) else lxml.html.tostring(p, encoding="unicode") for p in parts)
+        parse(fixed)
+        return fixed
+    except Exception:  # noqa: BLE001 - lxml missing or unable: the strict parser's message names the problem
+        raise Rejected(400, f"Invalid request: q.{index} is not well-formed HTML: {problem}") from None

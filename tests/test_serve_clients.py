@@ -1,0 +1,172 @@
+"""Real LibreTranslate clients, and the requests integrations send, against ``transduce serve`` in its own
+process: libretranslatepy and deep-translator themselves, and for Mastodon, Discourse, Crow Translate,
+Weblate, Nextcloud and a browser extension exactly the requests their code sends (the file is named in
+each test). Every answer is checked against offline translation of the same model.
+
+Models: the trained ``tiny_model_dir`` (en->fr) and a randomly initialised de->en model of its shape, so
+German reaches French through English.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="client tests need httpx")
+pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
+pytest.importorskip("py3langid", reason="language identification needs py3langid")
+
+from live_server import untrained_model  # noqa: E402
+
+from transduce.api import load  # noqa: E402
+from transduce.decode.document import reassemble, sentences, split_text  # noqa: E402
+from transduce.decode.markup import translate_html_batch  # noqa: E402
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+EN = ["A man rides a red bike.", "Two men are playing soccer."]
+DE = "Ein Mann fährt mit einem roten Fahrrad durch die Stadt."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def models(tiny_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("clients")
+    de_en = untrained_model(tiny_model_dir, root / "de-en", "de", "en", seed=11)
+    (root / "models.toml").write_text(
+        f'[[model]]\npath = "{tiny_model_dir}"\nname = "en-fr"\n\n[[model]]\npath = "{de_en}"\n'
+    )
+    return root, {"en-fr": load(tiny_model_dir), "de-en": load(de_en)}
+
+
+@pytest.fixture(scope="module")
+def url(models):
+    """``transduce serve --models models.toml`` in its own process on a free port; yields its URL."""
+    root = models[0]
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, "-m", "transduce", "serve", "--models", "models.toml", "--port", str(port)]
+    log = open(root / "serve.log", "w")
+    process = subprocess.Popen([*argv, "--threads", "1"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(base + "/health", timeout=5)
+            break
+        except OSError:
+            assert process.poll() is None and time.monotonic() < deadline, (root / "serve.log").read_text()
+            time.sleep(0.2)
+    yield base
+    process.terminate()
+    process.wait(60)
+    log.close()
+
+
+def fr(models, texts):
+    return models[1]["en-fr"].translate(texts, beam=4)
+
+
+def test_libretranslatepy(url, models):
+    """libretranslatepy 2.1.4 (libretranslatepy/api.py): form POST /translate and /detect, GET /languages."""
+    from libretranslatepy import LibreTranslateAPI
+
+    lt = LibreTranslateAPI(url)
+    codes = {lang["code"]: lang["targets"] for lang in lt.languages()}
+    assert codes == {"de": ["en", "fr"], "en": ["fr"], "fr": []}
+    assert lt.translate(EN[0], "en", "fr") == fr(models, EN[:1])[0]
+    assert lt.detect(DE)[0]["language"] == "de"
+
+
+def test_deep_translator(url, models):
+    """deep-translator 1.11.4 (deep_translator/libre.py): every field in the query string of a POST, always
+    with an api_key, to a server that has no keys."""
+    from deep_translator import LibreTranslator
+
+    translator = LibreTranslator(source="en", target="fr", api_key="any-key", custom_url=url + "/")
+    assert translator.translate(EN[1]) == fr(models, EN[1:])[0]
+
+
+def test_mastodon(url, models):
+    """Mastodon (app/lib/translation_service/libre_translate.rb): GET /languages, keeping each code's targets
+    (its Translate button needs the post's two-letter code); then a JSON list of HTML posts, source "auto"
+    for a post without a language, format html, "api_key": null."""
+    headers = {"Content-Type": "application/json"}
+    languages = {x["code"]: x["targets"] for x in httpx.get(url + "/languages", headers=headers).json()}
+    assert "fr" in languages["en"] and "fr" in languages["de"]
+    posts = [f"<p>{EN[0]}</p>", f'<p>{EN[1]} <a href="https://x.example/@a">@a</a></p>']
+    body = {"q": posts, "source": "auto", "target": "fr", "format": "html", "api_key": None}
+    r = httpx.post(url + "/translate", content=json.dumps(body), headers=headers, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["translatedText"] == translate_html_batch(models[1]["en-fr"], posts, "en", beam=4)
+    assert [d["language"] for d in r.json()["detectedLanguage"]] == ["en", "en"]
+
+
+def test_discourse(url, models):
+    """Discourse's translator plugin (app/services/discourse_translator/libre_translate.rb): form POST /detect
+    with the post's text (tags stripped) and api_key, GET /languages for both codes, form POST /translate
+    with format html."""
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    r = httpx.post(url + "/detect", content="q=A+man+rides+a+red+bike.&api_key=", headers=form)
+    detected = r.json()[0]["language"]
+    assert detected == "en"
+    codes = [x["code"] for x in httpx.get(url + "/languages").json()]
+    assert detected in codes and "fr" in codes
+    body = {"q": f"<p>{EN[0]}</p>", "source": detected, "target": "fr", "format": "html", "api_key": ""}
+    r = httpx.post(url + "/translate", data=body, timeout=120)
+    assert r.json() == {"translatedText": translate_html_batch(models[1]["en-fr"], [body["q"]], "en", beam=4)[0]}
+
+
+def test_crow_translate(url, models):
+    """Crow Translate's QOnlineTranslator (src/qonlinetranslator.cpp, requestLibreLangDetection and
+    requestLibreTranslate): form bodies starting with "&", an empty api_key, /detect before /translate."""
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    text = urllib.parse.quote(EN[1])
+    source = httpx.post(url + "/detect", content=f"&q={text}&api_key=", headers=form).json()[0]["language"]
+    assert source == "en"
+    r = httpx.post(url + "/translate", content=f"&q={text}&source={source}&target=fr&api_key=", headers=form)
+    assert r.json() == {"translatedText": fr(models, EN[1:])[0]}
+
+
+def test_weblate_and_nextcloud(url, models):
+    """Weblate (weblate/machinery/libretranslate.py): codes from GET /languages, then a JSON list with the
+    configured key (empty when none). Nextcloud's LibreTranslate integration, as its requests are described
+    for it (its source was not available to read here): GET /frontend/settings, GET /detect?q=, multipart
+    POST /translate."""
+    codes = [x["code"] for x in httpx.get(url + "/languages").json()]
+    assert {"en", "fr"} <= set(codes)
+    r = httpx.post(url + "/translate", json={"api_key": "", "q": EN, "source": "en", "target": "fr"}, timeout=120)
+    assert r.json() == {"translatedText": fr(models, EN)}
+    settings = httpx.get(url + "/frontend/settings").json()
+    assert settings["language"]["source"]["code"] == "auto" and settings["charLimit"] == -1
+    assert httpx.get(url + "/detect", params={"q": DE}).json()[0]["language"] == "de"
+    files = {"q": (None, EN[0]), "source": (None, "en"), "target": (None, "fr")}
+    r = httpx.post(url + "/translate", files=files, timeout=120)
+    assert r.json() == {"translatedText": fr(models, EN[:1])[0]}
+
+
+def test_browser_extension_cors_and_pivot(url, models):
+    """A browser extension's cross-origin fetch (the Fetch standard's CORS preflight for a JSON POST), and
+    German through English: the answer names the route."""
+    origin = {"Origin": "chrome-extension://abcdefgh"}
+    pre = httpx.options(
+        url + "/translate",
+        headers={**origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"},
+    )
+    assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "*"
+    r = httpx.post(url + "/translate", json={"q": DE, "source": "de", "target": "fr"}, headers=origin, timeout=120)
+    assert r.headers["access-control-allow-origin"] == "*"
+    english = split_text(models[1]["de-en"].translate([DE], beam=4)[0], "en")
+    french = reassemble(english, fr(models, sentences(english)))
+    assert r.json() == {"translatedText": french, "route": ["de-en", "en-fr"]}
