@@ -66,7 +66,7 @@ def _transduce(model_dir: Path, variant: str, threads: int):
         print(translator.fast_paths.line(), file=sys.stderr)
         model = translator.model
     elif how == "native":  # what `transduce translate --dtype DTYPE --native` runs: the C++ step
-        from transduce.decode.native import NativeStep
+        from transduce.backends.native import NativeStep
         from transduce.fastpaths import Choice, decoder_for
 
         model = decoder_for(model.eval(), Choice(f"{dtype}-native", "asked for"), torch.device("cpu"))[0]

@@ -10,7 +10,7 @@ import torch
 from conftest import read_corpus
 
 from transduce.api import load
-from transduce.decode import native
+from transduce.backends import native
 from transduce.decode.search import beam_search, greedy
 from transduce.fastpaths import Choice, decoder_for
 from transduce.model import ModelConfig, Transformer

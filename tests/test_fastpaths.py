@@ -11,9 +11,10 @@ import sys
 import pytest
 import torch
 
-from transduce import backendcheck, fastpaths
+from transduce import check_backends as backendcheck
+from transduce import fastpaths
+from transduce.backends.options import add_backend_arguments, backend_from_args
 from transduce.config import ConfigError, build
-from transduce.decode.options import add_backend_arguments, backend_from_args
 from transduce.fastpaths import Choice, FastPaths, decoder_backend, for_training, requested_backend
 from transduce.train.config import TrainConfig
 
@@ -89,7 +90,7 @@ def test_auto_stays_on_fp32_without_a_record_and_says_why(model_dir):
 
 
 def test_auto_follows_the_record(model_dir, monkeypatch):
-    from transduce.decode import native
+    from transduce.backends import native
 
     model = torch.nn.Linear(1, 1)  # only the record decides before the model is looked at
     _record(model_dir, -0.5)
@@ -114,8 +115,8 @@ def test_auto_follows_the_record(model_dir, monkeypatch):
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for int8-native")
 def test_check_backends_writes_a_record_that_load_then_uses(model_dir, capsys):
     from transduce.api import load
+    from transduce.backends.native import NativeStep
     from transduce.cli import main
-    from transduce.decode.native import NativeStep
 
     src, ref = model_dir.parent / "v.en", model_dir.parent / "v.de"
     src.write_text("A dog runs.\nTwo men sit on a bench.\nA girl in a red coat.\n")

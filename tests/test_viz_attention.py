@@ -137,7 +137,7 @@ def test_a_cpp_step_backend_draws_attention_and_places_tags(tiny_model_dir, back
     """What `auto` picks where backends.json vouches for int8: attention pages, the server's hover and HTML
     tag placement read the weights of the PyTorch model the C++ step steps for."""
     from transduce import load
-    from transduce.decode.markup import translate_html
+    from transduce.text.markup import translate_html
     from transduce.viz.attention import sentence_attention
 
     translator = load(tiny_model_dir, backend=backend)

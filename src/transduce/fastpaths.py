@@ -157,8 +157,8 @@ def decoder_backend(model, model_dir: str | Path, device, backend: str = "auto",
         return Choice("fp32", f"auto on {device.type}: the C++ step is for CPUs")
     if ensemble:
         return Choice("fp32", "auto with an ensemble: backends.json vouches for one model")
-    from .backendcheck import read_record
-    from .decode import native
+    from .backends import native
+    from .check_backends import read_record
 
     record, why = read_record(model_dir)
     if record is None:
@@ -187,7 +187,7 @@ def decoder_for(model, choice: Choice, device) -> tuple[Any, Choice]:
     dtype, _, how = choice.name.partition("-")
     if not how:
         return for_decoding(model, dtype, device), choice
-    from .decode import native
+    from .backends import native
 
     int8 = dtype == "int8"
     if int8 and device.type != "cpu":

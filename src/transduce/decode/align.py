@@ -56,7 +56,7 @@ def pharaoh(pairs: Alignment) -> str:
 def check_model(model) -> Transformer:
     """The PyTorch model whose attention weights a translator's ``model`` gives: itself, or for a C++ step
     (``*-native`` backends, which record no weights) the PyTorch model of the same dtype it steps for."""
-    from .native import NativeStep
+    from ..backends.native import NativeStep
 
     if isinstance(model, NativeStep):
         model = model.model

@@ -101,7 +101,7 @@ def _softmax_and_mix(
     scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float, short_rows: bool = False
 ) -> tuple[Tensor, Tensor]:
     """``short_rows``: :func:`softmax_last` (training), else ``torch.softmax``, whose rounding the C++
-    decoder step reproduces bit for bit (``decode/native_step.cpp``)."""
+    decoder step reproduces bit for bit (``backends/native_step.cpp``)."""
     safe, empty = _guard_empty_rows(mask)
     if safe is not None:
         scores = scores.masked_fill(~safe, float("-inf"))

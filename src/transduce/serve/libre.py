@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse
 from .service import Rejected, Service, language_option
 
 try:  # HTML-aware translation: markup is kept, only the text between tags is translated
-    from ..decode.markup import translate_html
+    from ..text.markup import translate_html
 except ImportError:  # not in this build: format=html answers 400
     translate_html = None
 
@@ -195,11 +195,11 @@ async def translate(service: Service, request: Request) -> dict:
 
 
 async def html(service: Service, spec, texts: list[str], alternatives: int, target_lang: str | None) -> list[list[str]]:
-    """format=html: the one place that calls :func:`transduce.decode.markup.translate_html`."""
+    """format=html: the one place that calls :func:`transduce.text.markup.translate_html`."""
     if translate_html is None:
         raise Rejected(
             400,
-            "format 'html' is not supported by this server build (transduce.decode.markup is "
+            "format 'html' is not supported by this server build (transduce.text.markup is "
             "missing); send format 'text'",
         )
     if alternatives:

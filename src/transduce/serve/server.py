@@ -25,7 +25,7 @@ import contextlib
 import time
 from pathlib import Path
 
-from ..decode.options import add_backend_arguments, backend_from_args
+from ..backends.options import add_backend_arguments, backend_from_args
 from .keys import Access, read_keys
 from .registry import ModelPool, ModelSpec, read_models
 from .service import Service, Settings, make_batcher_factory

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from .constraints import constrained_search
+from ..decode.constraints import constrained_search
 
 
 @dataclass
@@ -64,7 +64,7 @@ def translate_with_terms(
     ``constraints[i]`` (and of the glossary entries that match it) and starts with ``prefixes[i]``.
     Sentences with neither go through :meth:`Translator.translate` (batched) with ``options``.
     Returns strings, or :class:`Translation` s with ``return_scores=True``."""
-    from .translator import Translation
+    from ..decode.translator import Translation
 
     n = len(sentences)
     constraints = constraints or [[] for _ in range(n)]

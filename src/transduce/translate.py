@@ -10,12 +10,12 @@ for each line, the one of the beam's N best that the others agree with most (min
 :mod:`~transduce.decode.mbr`); ``--rerank N --channel DIR`` the one of them that a target→source
 model also scores well (noisy channel, :mod:`~transduce.decode.rerank`).
 
-``--document`` translates plain text with paragraphs instead of lines (:mod:`~transduce.decode.document`).
+``--document`` translates plain text with paragraphs instead of lines (:mod:`~transduce.text.document`).
 Either way the input is read, translated and written ``--chunk`` sentences at a time
-(:mod:`~transduce.decode.stream`), with a progress bar when stderr is a terminal. ``--format html``
-keeps inline markup (:mod:`~transduce.decode.markup`), ``--alignments`` appends Pharaoh word alignments
+(:mod:`~transduce.text.streaming`), with a progress bar when stderr is a terminal. ``--format html``
+keeps inline markup (:mod:`~transduce.text.markup`), ``--alignments`` appends Pharaoh word alignments
 (:mod:`~transduce.decode.align`), ``--glossary`` / ``--constraints`` require target terms
-(:mod:`~transduce.decode.terminology`). The user guide is docs/documents.md.
+(:mod:`~transduce.text.terminology`). The user guide is docs/documents.md.
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ from pathlib import Path
 
 import torch
 
-from . import mbr as mbr_
-from . import rerank as rerank_
-from . import stream as stream_
-from .align import pharaoh
-from .document import reassemble, sentences, source_language, split_text
-from .markup import translate_html, translate_html_batch
-from .options import add_backend_arguments, backend_from_args
-from .search import SampleConfig
+from .backends.options import add_backend_arguments, backend_from_args
+from .decode import mbr as mbr_
+from .decode import rerank as rerank_
+from .decode.align import pharaoh
+from .decode.search import SampleConfig
+from .text import streaming as stream_
+from .text.document import reassemble, sentences, source_language, split_text
+from .text.markup import translate_html, translate_html_batch
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -187,7 +187,7 @@ def _alignment(t) -> str:
 
 
 def run(args) -> int:
-    from ..api import load
+    from .api import load
 
     options = _options(args)
     backend = backend_from_args(args)
@@ -287,7 +287,7 @@ def _translate_fn(translator, options: dict, args):
     """``batch -> results``: plain, or with the glossary and per-line constraints (constrained search)."""
     if not (args.glossary or args.constraints):
         return lambda batch: translator.translate(batch, **options)
-    from .terminology import Glossary, translate_with_terms
+    from .text.terminology import Glossary, translate_with_terms
 
     glossary = Glossary.load(args.glossary, translator.vocabs.src.lowercase) if args.glossary else None
     keep = ("beam", "alpha", "max_len_a", "max_len_b", "batch_tokens", "batch_size", "truncate", "return_scores")

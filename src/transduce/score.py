@@ -14,8 +14,8 @@ import sys
 
 import torch
 
-from ..model import Transformer
-from .rerank import sequence_logprobs
+from .decode.rerank import sequence_logprobs
+from .model import Transformer
 
 
 def score(
@@ -50,8 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from ..api import load
-    from .stream import decoded_lines
+    from .api import load
+    from .text.streaming import decoded_lines
 
     torch.set_num_threads(args.threads)
     lines = []

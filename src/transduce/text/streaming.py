@@ -7,7 +7,7 @@ Because translations do not depend on their batch (:mod:`~transduce.decode.trans
 size does not change the output.
 
 A *unit* is what is written together: a line (line mode) or a paragraph or run of blank lines
-(document mode). Each unit is a list of :class:`~transduce.decode.document.Piece` s; its sentence
+(document mode). Each unit is a list of :class:`~transduce.text.document.Piece` s; its sentence
 pieces are translated, the rest written as is.
 """
 

@@ -2,7 +2,7 @@
 
 :func:`translate_html` parses a snippet with the standard library's :class:`html.parser.HTMLParser`
 into a tree. Block elements (``<p>``, ``<li>``, ``<td>``, ``<br>``, ...) separate *runs* of inline
-content; each run's text (entities decoded) is split into sentences (:mod:`~transduce.decode.document`)
+content; each run's text (entities decoded) is split into sentences (:mod:`~transduce.text.document`)
 and every sentence of the snippet is translated in one batched call with word alignments
 (:mod:`~transduce.decode.align`). Each inline element (``<b>``, ``<a href>``, ``<span>``, ...) then wraps
 the hull of the target words aligned to the source words it wrapped, clipped so that elements stay

@@ -1,0 +1,1 @@
+"""Decoding backends: what runs a decoder step (placeholder docstring, rewritten below)."""

@@ -1,0 +1,1 @@
+"""The text around translation (placeholder docstring, rewritten below)."""
