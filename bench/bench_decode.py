@@ -53,8 +53,8 @@ MAX_LEN_B = 50
 def _transduce(model_dir: Path, variant: str, threads: int):
     import torch
 
+    from transduce.backends.precision import for_decoding
     from transduce.decode.search import beam_search
-    from transduce.decode.translator import for_decoding
     from transduce.modeldir import load_model_dir
 
     model, _, _ = load_model_dir(model_dir)
@@ -67,7 +67,8 @@ def _transduce(model_dir: Path, variant: str, threads: int):
         model = translator.model
     elif how == "native":  # what `transduce translate --dtype DTYPE --native` runs: the C++ step
         from transduce.backends.native import NativeStep
-        from transduce.fastpaths import Choice, decoder_for
+        from transduce.backends.policy import decoder_for
+        from transduce.fastpaths import Choice
 
         model = decoder_for(model.eval(), Choice(f"{dtype}-native", "asked for"), torch.device("cpu"))[0]
         if not isinstance(model, NativeStep):

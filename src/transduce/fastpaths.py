@@ -2,42 +2,19 @@
 
 A :class:`FastPaths` is built once at the start of a command: by the trainer from ``[train]``'s kernel keys
 (:func:`for_training`), and by ``transduce.load`` (so ``translate``, ``evaluate`` and ``serve``) from the
-requested backend and the model directory's accuracy record (:func:`decoder_backend`). It is frozen, each
-choice carries the reason for it, and :meth:`FastPaths.line` is the one log line that says what runs.
-Nothing here is module-level state: the model and loss read the choice they are given.
-
-Decoding backends (``--backend``, ``transduce.load(..., backend=...)``):
-
-==============  ==============================================================  ==============================
-backend         what runs                                                       guarantee
-==============  ==============================================================  ==============================
-``fp32``        the Python step (``Transformer.decode_step``), fp32              the reference; batch-invariant
-``fp32-native`` the same arithmetic, each step one C++ call                      bit-identical to ``fp32``
-``bf16``        the Python step in bfloat16                                     batch-invariant
-``bf16-native`` as ``bf16``, each step one C++ call                              bit-identical to ``bf16``
-``fp16``        the Python step in float16, on CUDA only                        approximates fp32
-``int8``        torch's dynamic quantisation of every ``nn.Linear``             depends on the batch
-``int8-native`` C++ int8 GEMMs for encoder, step and candidate selection        batch-invariant; BLEU checked
-==============  ==============================================================  ==============================
-
-``auto`` (the default) picks ``int8-native`` on a CPU when the model directory's ``backends.json`` records
-that it scored within :data:`TOLERANCE` BLEU of ``fp32`` on the model's own validation set (written by
-``transduce recipe`` and ``transduce check-backends``), and ``fp32`` otherwise, saying why.
+decoding backend that :mod:`transduce.backends.policy` chose. It is frozen, each choice carries the reason
+for it, and :meth:`FastPaths.line` is the one log line that says what runs. Nothing here is module-level
+state: the model and loss read the choice they are given.
 """
 
 from __future__ import annotations
 
 import logging
-import warnings
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
 from .config import ConfigError
 
-BACKENDS = ("fp32", "fp32-native", "bf16", "bf16-native", "fp16", "int8", "int8-native")
-TOLERANCE = 0.3  # BLEU: how far below fp32 an approximate backend may score and still be chosen by default
-FASTEST = "int8-native"  # the fastest CPU backend (docs/performance.md), the one auto may pick
 log = logging.getLogger("transduce")
 
 
@@ -59,7 +36,7 @@ class FastPaths:
     attention: training's full-sequence attention ("written" = the formula with fp32 scores, or an SDPA
     kernel: "default", "math", "flash", "efficient"); loss: "native" (C++ block kernel) or "tensor";
     dropout: "native", "tensor" (FastDropout's tensor ops) or "torch" (``nn.Dropout``); allocator: "jemalloc"
-    or "malloc"; decoder: one of :data:`BACKENDS`.
+    or "malloc"; decoder: one of :data:`transduce.backends.BACKENDS`.
     """
 
     attention: Choice | None = None
@@ -127,78 +104,3 @@ def for_training(cfg: Any, device) -> FastPaths:
     else:
         drop = _native_kernel("dropout_kernel", cfg.dropout_kernel, device, dropout_.extension, "dropout")
     return FastPaths(attention=attention, loss=loss, dropout=drop, allocator=allocator_choice())
-
-
-# ----------------------------------------------------------------------------- decoding
-def requested_backend(backend: str = "auto", dtype: str | None = None, native: bool | None = None) -> str:
-    """The backend asked for: ``backend``, or the one ``dtype`` and ``native`` name (``--dtype``, ``--native``)."""
-    if backend != "auto" and backend not in BACKENDS:
-        raise ValueError(f"backend must be 'auto' or one of {', '.join(BACKENDS)}, got {backend!r}")
-    if dtype is None and not native:
-        return backend
-    if backend != "auto":
-        raise ValueError(f"give either backend ({backend!r}) or dtype/native, not both")
-    name = f"{dtype or 'fp32'}{'-native' if native else ''}"
-    if name not in BACKENDS:
-        raise ValueError(
-            f"dtype must be one of fp32, bf16, fp16, int8, got {dtype!r}"
-            if dtype not in ("fp32", "bf16", "fp16", "int8")
-            else f"dtype {dtype} has no C++ step (no {name} backend)"
-        )
-    return name
-
-
-def decoder_backend(model, model_dir: str | Path, device, backend: str = "auto", ensemble: bool = False) -> Choice:
-    """The decoding backend for ``model`` (loaded from ``model_dir``) on ``device``: ``backend`` when one is
-    named, else the fastest whose accuracy the directory's record vouches for (module docstring)."""
-    if backend != "auto":
-        return Choice(backend, "asked for")
-    if device.type != "cpu":
-        return Choice("fp32", f"auto on {device.type}: the C++ step is for CPUs")
-    if ensemble:
-        return Choice("fp32", "auto with an ensemble: backends.json vouches for one model")
-    from .backends import native
-    from .check_backends import read_record
-
-    record, why = read_record(model_dir)
-    if record is None:
-        return Choice("fp32", f"auto: {why}; exact fp32 until then")
-    delta = record["delta"]
-    if delta < -TOLERANCE:
-        return Choice(
-            "fp32", f"auto: {FASTEST} scored {-delta:.2f} BLEU below fp32 in backends.json, more than {TOLERANCE}"
-        )
-    if (unsupported := native.supports(model)) is not None:
-        return Choice("fp32", f"auto: the C++ step does not cover this model ({unsupported})")
-    if native.extension() is None:
-        return Choice("fp32", "auto: the C++ step could not be built (see the warning above)")
-    return Choice(
-        FASTEST,
-        f"auto: {delta:+.2f} BLEU against fp32 on {record['sentences']} sentences of "
-        f"{record['data']} (backends.json; --backend fp32 for exact fp32)",
-    )
-
-
-def decoder_for(model, choice: Choice, device) -> tuple[Any, Choice]:
-    """``model`` (fp32, eval mode) ready to decode with ``choice``'s backend, and the choice that runs: a
-    native backend that cannot run falls back to the Python step of its dtype, the reason in the choice."""
-    from .decode.translator import for_decoding
-
-    dtype, _, how = choice.name.partition("-")
-    if not how:
-        return for_decoding(model, dtype, device), choice
-    from .backends import native
-
-    int8 = dtype == "int8"
-    if int8 and device.type != "cpu":
-        raise ValueError(f"backend {choice.name!r} runs on the CPU only, not on {device}")
-    base = model if int8 else for_decoding(model, dtype, device)  # the int8 step quantises the fp32 model itself
-    why = native.supports(base)
-    fast = native.native_step(base, int8=int8) if why is None else None
-    if fast is None:
-        why = why or "the C++ step could not be built"
-        warnings.warn(
-            f"backend {choice.name} not used ({why}); decoding with the Python step", RuntimeWarning, stacklevel=3
-        )
-        return for_decoding(model, dtype, device), Choice(dtype, f"{choice.name} asked for, not available: {why}")
-    return fast, choice

@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
+from .backends import DTYPES
 from .config import ConfigError, build, check, parse_override, read_toml, to_toml_text
-from .decode import DTYPES
 
 
 @dataclass

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import torch
 
+from .backends import is_native
 from .backends.options import add_backend_arguments, backend_from_args
+from .backends.policy import for_python_model
 from .decode import mbr as mbr_
 from .decode import rerank as rerank_
 from .decode.align import pharaoh
@@ -191,8 +193,8 @@ def run(args) -> int:
 
     options = _options(args)
     backend = backend_from_args(args)
-    if backend == "auto" and (args.alignments or args.format == "html" or args.glossary or args.constraints):
-        backend = "fp32"  # these read one PyTorch model's attention or steps, which the C++ step does not give
+    if args.alignments or args.format == "html" or args.glossary or args.constraints:
+        backend = for_python_model(backend)
     _check_document(args, backend)
     torch.set_num_threads(args.threads)
     translator = load(args.model, args.device, ensemble=args.ensemble, channel=args.channel, backend=backend)
@@ -222,7 +224,7 @@ def run(args) -> int:
 
 
 def _check_document(args, backend: str) -> None:
-    native = backend.endswith("-native")
+    native = is_native(backend)
     named = "--native" if args.native else f"--backend {backend}"  # as the user spelled it
     if args.chunk < 1:
         raise ValueError(f"--chunk must be at least 1, got {args.chunk}")

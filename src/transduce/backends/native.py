@@ -30,6 +30,7 @@ from ..decode.search import TOPK_BLOCK
 from ..model import Transformer
 from ..model.cache import DecoderCache, LayerCache
 from ..model.transformer import Encoded
+from .precision import for_decoding
 from .spec import LinearSpec, NormSpec, TransformerSpec, spec_of, unsupported, validated
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
@@ -193,8 +194,6 @@ class NativeStep(nn.Module):
         self.decoder = decoder_of(ext, spec, _int8 if int8 else _float)
         self.encoder = encoder_of(ext, spec) if int8 else None
         if int8:
-            from ..decode.translator import for_decoding
-
             model = for_decoding(model, "int8", torch.device("cpu"))
         self.model = model
 

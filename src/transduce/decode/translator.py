@@ -21,41 +21,12 @@ import torch
 
 from ..data.vocab import Vocabs
 from ..fastpaths import FastPaths
-from . import DTYPES
 from . import rerank as rerank_
 from .mbr import MBRConfig, choose
 from .rerank import RerankConfig
 from .search import Hypothesis, SampleConfig, beam_search, greedy
 
 PAD_MULTIPLE = 8
-
-
-def for_decoding(model: torch.nn.Module, dtype: str, device: torch.device) -> torch.nn.Module:
-    """``model`` in a decoding precision.
-
-    * ``fp32``: as trained;
-    * ``bf16``: weights and activations in bfloat16 (scores are still accumulated in fp32);
-    * ``fp16``: CUDA only; weights and activations in float16 (scores accumulated in fp32);
-    * ``int8``: CPU only; every ``nn.Linear`` (projections, feed-forward, pre-softmax) dynamically
-      quantised (int8 weights, activations quantised per batch), embeddings and norms in fp32. The
-      activation scale is the batch's, so unlike fp32 and bf16 an output may depend on its batch.
-    """
-    if dtype == "fp32":
-        return model
-    if dtype == "bf16":
-        return model.to(torch.bfloat16)
-    if dtype == "fp16":
-        if device.type != "cuda":
-            raise ValueError(f"dtype 'fp16' decodes on CUDA only, not on {device}: use 'bf16' or 'int8' on a CPU")
-        return model.to(torch.float16)
-    if dtype == "int8":
-        if device.type != "cpu":
-            raise ValueError(f"dtype 'int8' (dynamic quantisation) runs on the CPU only, not on {device}")
-        with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao; it still works
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
-            return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
 
 
 @dataclass
@@ -296,17 +267,6 @@ class Translator:
         return Translation(text, hyp.tokens, hyp.logprob, hyp.score) if scores else text
 
     # ---------------------------------------------------------------- scoring
-    @torch.no_grad()
-    def attention(self, sentence: str, beam: int = 4):
-        """Translate ``sentence`` and return its attention weights (Figures 3–5) with the translation.
-
-        Returns :class:`transduce.viz.attention.AttentionMaps`: ``.translation``, the subword labels and
-        (layers, heads, T_q, T_k) arrays for encoder, decoder and encoder–decoder attention.
-        """
-        from ..viz.attention import sentence_attention
-
-        return sentence_attention(self, sentence, beam=beam)
-
     def reference_nll(
         self, sources: list[str], references: list[str], batch_tokens: int = 4096, model=None
     ) -> tuple[float, int]:
