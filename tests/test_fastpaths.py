@@ -16,8 +16,9 @@ from transduce.backends import record as record_
 from transduce.backends.options import add_backend_arguments, backend_from_args
 from transduce.backends.policy import decoder_backend
 from transduce.config import ConfigError, build
-from transduce.fastpaths import Choice, FastPaths, for_training
+from transduce.fastpaths import Choice, FastPaths
 from transduce.train.config import TrainConfig
+from transduce.train.kernels import for_training
 
 CPU = torch.device("cpu")
 

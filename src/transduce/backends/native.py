@@ -173,7 +173,7 @@ class EncodedKV(Encoded):
 
 
 class NativeStep(nn.Module):
-    """The decoder interface of :mod:`~transduce.decode.search` over ``model``, stepping in C++.
+    """A :class:`~transduce.decode.step.DecoderStep` over ``model``, stepping in C++.
 
     fp32/bf16: ``encode`` and ``init_cache`` are the model's; ``decode_step`` calls the extension and
     writes the grown self-attention keys/values back into the cache (a :class:`DeferredCache`).
@@ -196,6 +196,12 @@ class NativeStep(nn.Module):
         if int8:
             model = for_decoding(model, "int8", torch.device("cpu"))
         self.model = model
+
+    @property
+    def pytorch_model(self) -> nn.Module:
+        """The PyTorch model this step stands for (:func:`transduce.decode.step.pytorch_model`): what reads
+        attention weights (alignments, HTML tag placement, attention pages)."""
+        return self.model
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V): the model's own pass (reference perplexity)."""

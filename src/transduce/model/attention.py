@@ -11,7 +11,7 @@ Two paths compute scaled dot-product attention:
   the fused kernel used for training, encoding, and decoding on GPU;
 * :func:`attention_written_out` — the formula with fp32 scores and :func:`softmax_last`, for training on CPU
   (a module's ``kernel = "written"``, set by :func:`use_kernel`; the trainer's ``attention_kernel = "auto"``
-  there, chosen in :mod:`transduce.fastpaths`). At Multi30k's lengths (~17) SDPA's CPU math kernel upcasts
+  there, chosen in :mod:`transduce.train.kernels`). At Multi30k's lengths (~17) SDPA's CPU math kernel upcasts
   and copies its bf16 inputs: paper-base shapes, 2 threads, forward + backward of one layer's attention took
   26 ms in it and 17 ms written out.
 
