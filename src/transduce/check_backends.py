@@ -126,7 +126,7 @@ def run(args) -> int:
         refs = [ids.tgt_text(i) for i in range(len(ids))]
         name, lang = f"{args.data} {args.split}", args.lang or data.manifest["tgt_lang"]
     else:
-        from .translate import read_lines
+        from .text.streaming import read_lines
 
         if args.ref is None:
             raise ValueError("--src needs --ref")

@@ -125,7 +125,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from .translate import read_lines
+    from .text.streaming import read_lines
 
     refs = read_lines(args.ref)
     if (args.hyp is None) == (args.model is None):

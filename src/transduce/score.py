@@ -51,13 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from .api import load
-    from .text.streaming import decoded_lines
+    from .text.streaming import read_lines
 
     torch.set_num_threads(args.threads)
-    lines = []
-    for path in (args.source, args.target):
-        with open(path, "rb") as f:
-            lines.append([line.rstrip("\n").rstrip("\r") for line in decoded_lines(f, path)])
+    lines = [read_lines(args.source), read_lines(args.target)]
     if len(lines[0]) != len(lines[1]):
         raise ValueError(f"{args.source} has {len(lines[0])} lines but {args.target} has {len(lines[1])}")
     translator = load(args.model, args.device)

@@ -32,7 +32,7 @@ from .backends.policy import for_python_model
 from .decode import mbr as mbr_
 from .decode import rerank as rerank_
 from .decode.align import pharaoh
-from .decode.search import SampleConfig
+from .decode.search_options import SampleConfig, SearchOptions
 from .text import streaming as stream_
 from .text.document import reassemble, sentences, source_language, split_text
 from .text.markup import translate_html, translate_html_batch
@@ -126,23 +126,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def read_lines(path: str | Path | None) -> list[str]:
-    """Lines of a file (or stdin for None / '-') as strict UTF-8; an error names file and line."""
-    name = "<stdin>" if path in (None, "-") else str(path)
-    data = sys.stdin.buffer.read() if path in (None, "-") else Path(path).read_bytes()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out = []
-    for n, raw in enumerate(lines, 1):
-        try:
-            out.append(raw.decode("utf-8").rstrip("\r"))
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{name}:{n}: invalid UTF-8 at byte {e.start}") from None
-    return out
-
-
 def _options(args) -> dict:
+    """The keyword arguments of :meth:`Translator.translate` the flags give, the search settings as one
+    :class:`SearchOptions`."""
     sample = SampleConfig(args.temperature, args.top_k, args.top_p, args.seed) if args.sample else None
     if args.nbest > args.beam and not args.sample:
         raise ValueError(f"--nbest {args.nbest} needs --beam of at least {args.nbest}")
@@ -155,12 +141,7 @@ def _options(args) -> dict:
             "--rerank chooses one translation from the beam: it goes with neither --nbest, --sample nor --mbr"
         )
     return dict(
-        beam=args.beam,
-        alpha=args.alpha,
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        nbest=args.nbest,
-        sample=sample,
+        search=SearchOptions(args.beam, args.alpha, args.max_len_a, args.max_len_b, args.nbest, sample),
         batch_tokens=args.batch_tokens,
         batch_size=args.batch_size,
         truncate=not args.no_truncate,
@@ -292,7 +273,7 @@ def _translate_fn(translator, options: dict, args):
     from .text.terminology import Glossary, translate_with_terms
 
     glossary = Glossary.load(args.glossary, translator.vocabs.src.lowercase) if args.glossary else None
-    keep = ("beam", "alpha", "max_len_a", "max_len_b", "batch_tokens", "batch_size", "truncate", "return_scores")
+    keep = ("search", "batch_tokens", "batch_size", "truncate", "return_scores")
     plain = {k: v for k, v in options.items() if k in keep}
 
     def translate(batch):

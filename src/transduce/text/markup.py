@@ -345,8 +345,8 @@ def translate_html(
 ) -> str:
     """Translate an HTML snippet, keeping its markup (module docstring). ``lang``: the sentence
     splitter's language (default: the model's source language); ``options``: those of
-    :meth:`Translator.translate` (beam, alpha, batch_tokens, ...). Needs a single PyTorch model
-    (alignments), so not an ensemble or the ``--native`` step.
+    :meth:`Translator.translate` (search, batch_tokens, ...). Needs a single model's attention (alignments),
+    so not an ensemble; a C++ step aligns with the PyTorch model it stands for.
 
     >>> translate_html(transduce.load("model"), 'A <b>dog</b> <a href="/run">runs</a>.')  # doctest: +SKIP
     'Ein <b>Hund</b> <a href="/run">rennt</a>.'
