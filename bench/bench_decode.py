@@ -14,7 +14,7 @@ the arithmetic is the same the best hypotheses must agree.
         --threads 1 --rounds 3 --engines transduce-load ct2-float32]   (side by side, alternating; a table)
 
 ``transduce-load`` is what ``transduce.load(model_dir)`` decodes with when given no speed arguments (the
-backend its ``fastpaths`` choose; the worker prints that choice).
+backend ``transduce.backends.policy`` chooses; the worker prints that choice).
 """
 
 from __future__ import annotations
