@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backends import AUTO
+from ..backends.policy import for_python_model
 from .attention_html import write_html
 from .attention_maps import KINDS, AttentionMaps, record_weights, sentence_attention
 from .figure import plt, save_png
@@ -113,7 +115,7 @@ def run(args) -> int:
         raise ValueError(f"{out}: --out must end in .png or .html")
     if args.beam < 1:
         raise ValueError(f"--beam must be at least 1, got {args.beam}")
-    translator = load(args.model, backend="fp32")  # attention weights are recorded by the Python step
+    translator = load(args.model, backend=for_python_model(AUTO))  # it reads one PyTorch model's attention
     cfg = translator.config
     check_selection(args.layer, args.head, cfg.encoder_layers, cfg.decoder_layers, cfg.n_heads)
     maps = sentence_attention(translator, args.sentence, beam=1 if args.greedy else args.beam)
