@@ -76,7 +76,6 @@ class _Hyp:
     state: _State
 
 
-@torch.no_grad()
 @dataclass(frozen=True, eq=False)
 class Constraints:
     """What one sentence's output must hold: every token sequence of ``terms``, and ``prefix`` first.
@@ -89,6 +88,7 @@ class Constraints:
     continues_word: Tensor | None = None
 
 
+@torch.no_grad()
 def constrained_search(model, src: Tensor, wanted: Constraints, options: SearchOptions) -> Hypothesis:
     """The best hypothesis for one sentence ``src`` (1, S) (ids + eos) that starts with ``wanted.prefix`` and
     contains every token sequence of ``wanted.terms``, by beam search with ``options`` (beam, alpha, length
