@@ -14,7 +14,7 @@ the arithmetic is the same the best hypotheses must agree.
         --threads 1 --rounds 3 --engines transduce-load ct2-float32]   (side by side, alternating; a table)
 
 ``transduce-load`` is what ``transduce.load(model_dir)`` decodes with when given no speed arguments (the
-backend its ``fastpaths`` choose; the worker prints that choice).
+backend ``transduce.backends.policy`` chooses; the worker prints that choice).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ MAX_LEN_B = 50
 def _transduce(model_dir: Path, variant: str, threads: int):
     import torch
 
+    from transduce.backends.precision import for_decoding
     from transduce.decode.search import beam_search
-    from transduce.decode.translator import for_decoding
     from transduce.modeldir import load_model_dir
 
     model, _, _ = load_model_dir(model_dir)
@@ -66,8 +66,9 @@ def _transduce(model_dir: Path, variant: str, threads: int):
         print(translator.fast_paths.line(), file=sys.stderr)
         model = translator.model
     elif how == "native":  # what `transduce translate --dtype DTYPE --native` runs: the C++ step
-        from transduce.decode.native import NativeStep
-        from transduce.fastpaths import Choice, decoder_for
+        from transduce.backends.native import NativeStep
+        from transduce.backends.policy import decoder_for
+        from transduce.fastpaths import Choice
 
         model = decoder_for(model.eval(), Choice(f"{dtype}-native", "asked for"), torch.device("cpu"))[0]
         if not isinstance(model, NativeStep):

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 work=$(mktemp -d)
 PYTHONPATH=$PWD/src $PY - "$1" "$work" <<'PYEOF'
 import sys
-from transduce.decode.document import sentences, split_text
+from transduce.text.document import sentences, split_text
 keep = [s.strip() for s in open(sys.argv[1], encoding="utf-8") if s.strip().endswith(".")]
 doc = "\n\n".join(" ".join(keep[i : i + 5]) for i in range(0, len(keep), 5)) + "\n"
 open(f"{sys.argv[2]}/doc.txt", "w").write(doc)

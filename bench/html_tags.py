@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from transduce.api import load
-from transduce.decode.markup import translate_html
+from transduce.text.markup import translate_html
 
 SET = Path(__file__).with_name("data") / "html_tags_en_de.tsv"
 TAGGED = re.compile(r"<(b|i|a|span)\b[^>]*>(.*?)</\1>")

@@ -14,7 +14,7 @@ import warnings
 
 import torch
 
-from transduce.decode import native
+from transduce.backends import native
 
 SHAPES = [
     (4, 128, 384),

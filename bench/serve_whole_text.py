@@ -26,8 +26,8 @@ def paragraph(args) -> None:
     from fastapi.testclient import TestClient
 
     from transduce.api import load
-    from transduce.decode.document import sentences, split_text
     from transduce.serve.server import create_app
+    from transduce.text.document import sentences, split_text
 
     torch.set_num_threads(args.threads)
     opener = gzip.open if args.text.suffix == ".gz" else open

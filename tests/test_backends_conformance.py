@@ -3,7 +3,7 @@
 The reference is the Python fp32 step (``Transformer.decode_step``) decoding each sentence on its own, one
 thread. Every check runs on two models: the paper's (ReLU, a bias-free output projection) and one with Swish
 feed-forwards and an output bias (``activation="swish"``, ``output_bias=True``, as many OPUS-MT models), so
-a backend that ignores either part breaks its contract. Each backend of :data:`transduce.fastpaths.BACKENDS` has a contract below, and the suite checks it
+a backend that ignores either part breaks its contract. Each backend of :data:`transduce.backends.BACKENDS` has a contract below, and the suite checks it
 batched (all sentences in one call) and unbatched (one sentence per call):
 
 * ``exact``: the same hypotheses, log-probabilities and scores as its reference, bit for bit;
@@ -20,8 +20,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from transduce.backends import BACKENDS
+from transduce.backends.policy import decoder_for
 from transduce.decode.search import beam_search
-from transduce.fastpaths import BACKENDS, Choice, decoder_for
+from transduce.fastpaths import Choice
 from transduce.model import ModelConfig, Transformer
 
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from transduce import cpp
-from transduce.decode import native
+from transduce.backends import native
 from transduce.decode.search import beam_search
 from transduce.model import ModelConfig, Transformer
 

@@ -16,8 +16,8 @@ from transduce.data.batching import TokenBatches, _greedy_bounds
 from transduce.data.dataset import TokenArray
 from transduce.data.dedup import Digests, first_occurrences
 from transduce.data.encode import encode_chunks
+from transduce.data.sources import Source, iter_lines
 from transduce.data.staging import stage_split
-from transduce.data.stream import Source, iter_lines
 from transduce.data.vocab import Vocab
 
 WORDS = (

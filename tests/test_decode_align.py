@@ -9,8 +9,8 @@ import pytest
 
 from transduce.cli import main
 from transduce.decode.align import align_pieces, pharaoh, word_of_pieces
-from transduce.decode.document import reassemble, sentences, split_text, translate_document
-from transduce.decode.markup import parse, translate_html
+from transduce.text.document import reassemble, sentences, split_text, translate_document
+from transduce.text.markup import parse, translate_html
 
 SENTENCES = ["A dog runs in the park.", "Two men are sitting on a bench.", "A woman is cooking."]
 PHARAOH = re.compile(r"^(\d+-\d+( \d+-\d+)*)?$")

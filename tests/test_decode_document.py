@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from transduce.decode.document import Piece, paragraphs, reassemble, sentences, split_paragraph, split_text
-from transduce.decode.stream import Unit, chunks, document_units, line_units, translate_stream
+from transduce.text.document import Piece, paragraphs, reassemble, sentences, split_paragraph, split_text
+from transduce.text.streaming import Unit, chunks, document_units, line_units, translate_stream
 
 WORDS = ["Dr.", "Smith", "went", "home", "e.g.", "3.5", "billion", "U.S.", "Hello", "world", "it", "rains"]
 ENDS = [".", "!", "?", "...", ""]
@@ -175,7 +175,7 @@ class Terminal(io.StringIO):
 
 
 def test_progress_bar_only_on_a_terminal(monkeypatch):
-    from transduce.decode import stream
+    from transduce.text import streaming as stream
 
     monkeypatch.setattr("sys.stderr", io.StringIO())
     assert stream.progress_bar(100) is None  # piped: nothing extra

@@ -8,8 +8,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from transduce.decode.markup import parse, translate_html
 from transduce.decode.translator import Translation
+from transduce.text.markup import parse, translate_html
 
 
 class WordTranslator:

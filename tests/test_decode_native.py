@@ -10,9 +10,10 @@ import torch
 from conftest import read_corpus
 
 from transduce.api import load
-from transduce.decode import native
+from transduce.backends import native
+from transduce.backends.policy import decoder_for
 from transduce.decode.search import beam_search, greedy
-from transduce.fastpaths import Choice, decoder_for
+from transduce.fastpaths import Choice
 from transduce.model import ModelConfig, Transformer
 from transduce.model.cache import DecoderCache, LayerCache
 

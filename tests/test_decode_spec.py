@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from transduce.decode.spec import UnsupportedModel, check, spec_of, unsupported, validated
+from transduce.backends.spec import UnsupportedModel, check, spec_of, unsupported, validated
 from transduce.model import ModelConfig, Transformer
 
 
@@ -81,7 +81,7 @@ def test_every_unsupported_part_of_a_model_is_named():
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
 def test_the_extension_takes_the_spec_by_name_only():
-    from transduce.decode import native
+    from transduce.backends import native
 
     ext = native.extension()
     spec = spec_of(_model())

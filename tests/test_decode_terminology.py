@@ -8,8 +8,8 @@ import pytest
 
 from transduce.cli import main
 from transduce.decode.constraints import _State
-from transduce.decode.score import score
-from transduce.decode.terminology import Glossary, translate_with_terms
+from transduce.score import score
+from transduce.text.terminology import Glossary, translate_with_terms
 
 SENTENCES = [
     "A dog runs in the park.",

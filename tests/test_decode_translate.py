@@ -94,7 +94,7 @@ def test_int8_quantises_every_linear_and_still_translates(tiny_model_dir, transl
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     from transduce.api import load
-    from transduce.decode.translator import for_decoding
+    from transduce.backends.precision import for_decoding
 
     int8 = load(tiny_model_dir, dtype="int8")
     linears = [m for m in int8.model.modules() if isinstance(m, (DynamicLinear, torch.nn.Linear))]

@@ -11,18 +11,21 @@ import sys
 import pytest
 import torch
 
-from transduce import backendcheck, fastpaths
+from transduce.backends import policy, requested_backend
+from transduce.backends import record as record_
+from transduce.backends.options import add_backend_arguments, backend_from_args
+from transduce.backends.policy import decoder_backend
 from transduce.config import ConfigError, build
-from transduce.decode.options import add_backend_arguments, backend_from_args
-from transduce.fastpaths import Choice, FastPaths, decoder_backend, for_training, requested_backend
+from transduce.fastpaths import Choice, FastPaths
 from transduce.train.config import TrainConfig
+from transduce.train.kernels import for_training
 
 CPU = torch.device("cpu")
 
 
 def test_importing_transduce_changes_nothing_in_the_process():
     code = (
-        "import os, sys; before = dict(os.environ); import transduce, transduce.api, transduce.fastpaths; "
+        "import os, sys; before = dict(os.environ); import transduce, transduce.api, transduce.fastpaths, transduce.backends; "
         "assert dict(os.environ) == before, set(os.environ) ^ set(before); "
         "assert 'torch.utils.cpp_extension' not in sys.modules or True"
     )
@@ -67,9 +70,9 @@ def _record(model_dir, delta: float, digest: str | None = None) -> None:
         "data": "d valid",
         "sentences": 10,
         "scores": {},
-        "weights_sha256": digest or backendcheck.weights_digest(model_dir),
+        "weights_sha256": digest or record_.weights_digest(model_dir),
     }
-    (model_dir / backendcheck.RECORD).write_text(json.dumps(record))
+    (model_dir / record_.RECORD).write_text(json.dumps(record))
 
 
 @pytest.fixture
@@ -89,7 +92,7 @@ def test_auto_stays_on_fp32_without_a_record_and_says_why(model_dir):
 
 
 def test_auto_follows_the_record(model_dir, monkeypatch):
-    from transduce.decode import native
+    from transduce.backends import native
 
     model = torch.nn.Linear(1, 1)  # only the record decides before the model is looked at
     _record(model_dir, -0.5)
@@ -97,7 +100,7 @@ def test_auto_follows_the_record(model_dir, monkeypatch):
     assert choice.name == "fp32" and "0.50 BLEU below" in choice.why
     _record(model_dir, -0.1, digest="0" * 64)
     assert "other weights" in decoder_backend(model, model_dir, CPU).why
-    (model_dir / backendcheck.RECORD).write_text("{not json")
+    (model_dir / record_.RECORD).write_text("{not json")
     assert "not a valid record" in decoder_backend(model, model_dir, CPU).why
     _record(model_dir, -0.1)
     monkeypatch.setattr(native, "supports", lambda m: None)
@@ -114,19 +117,19 @@ def test_auto_follows_the_record(model_dir, monkeypatch):
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for int8-native")
 def test_check_backends_writes_a_record_that_load_then_uses(model_dir, capsys):
     from transduce.api import load
+    from transduce.backends.native import NativeStep
     from transduce.cli import main
-    from transduce.decode.native import NativeStep
 
     src, ref = model_dir.parent / "v.en", model_dir.parent / "v.de"
     src.write_text("A dog runs.\nTwo men sit on a bench.\nA girl in a red coat.\n")
     ref.write_text("Ein Hund rennt.\nZwei Männer sitzen auf einer Bank.\nEin Mädchen in einem roten Mantel.\n")
     assert main(["check-backends", str(model_dir), "--src", str(src), "--ref", str(ref), "--lang", "de"]) == 0
     assert "fp32" in capsys.readouterr().out
-    record = json.loads((model_dir / backendcheck.RECORD).read_text())
+    record = json.loads((model_dir / record_.RECORD).read_text())
     assert record["sentences"] == 3 and set(record["scores"]) == {"fp32", "int8-native"}
     assert record["delta"] == round(record["scores"]["int8-native"]["bleu"] - record["scores"]["fp32"]["bleu"], 2)
     translator = load(model_dir)
-    if record["delta"] >= -fastpaths.TOLERANCE:
+    if record["delta"] >= -policy.TOLERANCE:
         assert translator.fast_paths.decoder.name == "int8-native" and isinstance(translator.model, NativeStep)
     else:
         assert translator.fast_paths.decoder.name == "fp32"

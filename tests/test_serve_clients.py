@@ -26,8 +26,8 @@ pytest.importorskip("py3langid", reason="language identification needs py3langid
 from live_server import untrained_model  # noqa: E402
 
 from transduce.api import load  # noqa: E402
-from transduce.decode.document import reassemble, sentences, split_text  # noqa: E402
-from transduce.decode.markup import translate_html_batch  # noqa: E402
+from transduce.text.document import reassemble, sentences, split_text  # noqa: E402
+from transduce.text.markup import translate_html_batch  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 EN = ["A man rides a red bike.", "Two men are playing soccer."]

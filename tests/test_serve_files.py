@@ -11,11 +11,11 @@ pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extr
 from fastapi.testclient import TestClient  # noqa: E402
 
 from transduce.api import load  # noqa: E402
-from transduce.decode.document import reassemble, sentences, split_text  # noqa: E402
-from transduce.decode.markup import translate_html_batch  # noqa: E402
 from transduce.serve.files import FORMATS, FileStore  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
 from transduce.serve.service import Settings  # noqa: E402
+from transduce.text.document import reassemble, sentences, split_text  # noqa: E402
+from transduce.text.markup import translate_html_batch  # noqa: E402
 
 TXT = "A man rides a red bike. Two men talk.\n\n  A dog runs.\r\n"
 SRT = "1\n00:00:01,000 --> 00:00:02,500\nA man rides\na red bike.\n\n2\n00:00:03,000 --> 00:00:04,000\nA dog runs.\n"

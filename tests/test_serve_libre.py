@@ -19,11 +19,11 @@ from live_server import untrained_model  # noqa: E402
 
 from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
-from transduce.decode.document import reassemble, sentences, split_text  # noqa: E402
 from transduce.serve.keys import Access, read_keys  # noqa: E402
 from transduce.serve.registry import spec_from_dir  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
 from transduce.serve.service import Settings  # noqa: E402
+from transduce.text.document import reassemble, sentences, split_text  # noqa: E402
 
 EN = "A dog runs in the park."
 DOC = (

@@ -165,7 +165,7 @@ def test_libretranslate_api(specs, offline):
         assert r.status_code == 400 and "malformed JSON" in r.json()["error"]
         r = c.post("/translate", json={"q": "<b>A dog</b>", "source": "en", "target": "fr", "format": "html"})
         try:
-            from transduce.decode.markup import translate_html  # noqa: F401
+            from transduce.text.markup import translate_html  # noqa: F401
         except ImportError:
             assert r.status_code == 400 and "not supported by this server build" in r.json()["error"]
         else:

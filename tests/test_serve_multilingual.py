@@ -22,11 +22,11 @@ from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
 from transduce.config import ConfigError  # noqa: E402
 from transduce.data.vocab import Vocab, Vocabs  # noqa: E402
-from transduce.decode.markup import translate_html  # noqa: E402
 from transduce.model import ModelConfig, Transformer  # noqa: E402
 from transduce.modeldir import save_model_dir  # noqa: E402
 from transduce.serve.registry import read_models, routes  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
+from transduce.text.markup import translate_html  # noqa: E402
 
 LANGS = [">>deu<<", ">>fra<<"]
 TEXTS = sentences(4, seed=11)

@@ -13,9 +13,9 @@ pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extr
 from fastapi.testclient import TestClient  # noqa: E402
 
 from transduce.api import load  # noqa: E402
-from transduce.decode.markup import translate_html_batch  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
 from transduce.serve.service import Settings  # noqa: E402
+from transduce.text.markup import translate_html_batch  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SNIPPETS = ["<p>A man rides a <b>red</b> bike. Two men talk.</p>", "<ul><li>A dog runs.</li></ul>"]

@@ -113,11 +113,12 @@ def test_cli_html_and_weights(model_dir, tmp_path):
     np.testing.assert_allclose(np.array(loaded["encoder"]), saved["encoder"], atol=1e-5)
 
 
-def test_translator_returns_attention_with_its_translation(model_dir):
+def test_sentence_attention_returns_attention_with_its_translation(model_dir):
     from transduce import load
+    from transduce.viz.attention import sentence_attention
 
     translator = load(model_dir)
-    maps = translator.attention("A dog runs in the snow.", beam=4)
+    maps = sentence_attention(translator, "A dog runs in the snow.", beam=4)
     assert maps.translation == translator.translate(["A dog runs in the snow."], beam=4)[0]
     assert maps.cross.shape[-2:] == (len(maps.target_out), len(maps.source))
     np.testing.assert_allclose(maps.cross.sum(-1), 1.0, atol=1e-5)
@@ -137,7 +138,7 @@ def test_a_cpp_step_backend_draws_attention_and_places_tags(tiny_model_dir, back
     """What `auto` picks where backends.json vouches for int8: attention pages, the server's hover and HTML
     tag placement read the weights of the PyTorch model the C++ step steps for."""
     from transduce import load
-    from transduce.decode.markup import translate_html
+    from transduce.text.markup import translate_html
     from transduce.viz.attention import sentence_attention
 
     translator = load(tiny_model_dir, backend=backend)

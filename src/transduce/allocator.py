@@ -1,8 +1,9 @@
 """jemalloc for CPU training: the training commands re-run themselves with it preloaded, on CPUs where it wins.
 
 PyTorch on CPU allocates every activation and gradient with the C library's ``malloc``. On the CPUs with
-native bf16 (AVX-512-BF16 or AMX) glibc's slowed a training process down as it ran: mutual learning under DDP
-started at 3.9k target tokens/s and fell to 2.6k by update 2,000; with jemalloc preloaded it held 4.2-4.6k;
+native bf16 (AVX-512-BF16 or AMX) glibc's slowed a training process down as it ran: a two-model training
+under DDP (mutual learning, since removed from transduce; measured at commit c2021c6) started at 3.9k target
+tokens/s and fell to 2.6k by update 2,000; with jemalloc preloaded it held 4.2-4.6k;
 the same 100 batches timed four times in a row ran 1.15-1.24x faster under jemalloc. On a 2-core AVX2 host
 training in fp32 it was the other way round, in a one-process bench, in 3-minute DDP runs and in an hour-long
 recipe run (README, "Which allocator trains"). So by default jemalloc is preloaded only where the CPU has

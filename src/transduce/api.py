@@ -7,9 +7,11 @@ from pathlib import Path
 
 import torch
 
+from .backends import AUTO, requested_backend
+from .backends.policy import channel_for, decoder_backend, decoder_for
 from .decode.ensemble import Ensemble
-from .decode.translator import Translator, for_decoding
-from .fastpaths import FastPaths, decoder_backend, decoder_for, log, requested_backend, simd_choice
+from .decode.translator import Translator
+from .fastpaths import FastPaths, log, simd_choice
 from .modeldir import load_model_dir
 
 
@@ -20,13 +22,13 @@ def load(
     ensemble: list[str | Path] | tuple = (),
     native: bool | None = None,
     channel: str | Path | None = None,
-    backend: str = "auto",
+    backend: str = AUTO,
 ) -> Translator:
     """Load a model directory (plus optional ``ensemble`` members) for translation.
 
-    ``backend`` (:data:`transduce.fastpaths.BACKENDS`) chooses the decoding arithmetic; ``"auto"`` takes the
+    ``backend`` (:data:`transduce.backends.BACKENDS`) chooses the decoding arithmetic; ``"auto"`` takes the
     fastest one that the hardware and the model support and that the model directory's ``backends.json``
-    shows within 0.3 BLEU of fp32, else exact fp32 (:mod:`transduce.fastpaths`; ``translator.fast_paths``
+    shows within 0.3 BLEU of fp32, else exact fp32 (:mod:`transduce.backends.policy`; ``translator.fast_paths``
     says which and why, also logged once on the ``transduce`` logger). ``backend="fp32"`` is exact fp32.
     ``dtype`` ("fp32", "bf16", "int8") and ``native`` (the C++ step) are the older way to name a backend:
     ``dtype="int8", native=True`` is ``backend="int8-native"``.
@@ -60,7 +62,6 @@ def load(
         reverse, v, _ = load_model_dir(channel, device)
         if v.src.proto != vocabs.tgt.proto or v.tgt.proto != vocabs.src.proto:
             raise ValueError(f"{channel}: the channel model's vocabularies are not {model_dir}'s, reversed")
-        dtype = ran.name.partition("-")[0]
-        reverse = for_decoding(reverse, "fp32" if dtype == "int8" else dtype, device)  # int8: the fp32 channel
+        reverse = channel_for(reverse, ran, device)
     decoder = decoders[0] if len(decoders) == 1 else Ensemble(decoders)
     return Translator(decoder, vocabs, device, meta, channel=reverse, fast_paths=fast)

@@ -1,9 +1,9 @@
 """Building transduce's C++ kernels on first use, with ``torch.utils.cpp_extension`` (cached under
 ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``; tens of seconds the first time).
 
-The one build helper of the package: the C++ decoder step (``decode/native.py``), the training loss
+The one build helper of the package: the C++ decoder step (``backends/native.py``), the training loss
 (``train/native_loss.py``) and dropout (``train/dropout.py``) are all built here. Whether a built kernel is
-used is chosen in :mod:`transduce.fastpaths`, not here.
+used is chosen in :mod:`transduce.backends.policy` (decoding) and :mod:`transduce.train.kernels` (training), not here.
 
 Instruction sets. Each kernel is compiled for one SIMD level (:data:`ISAS`: ``scalar``, ``avx2``,
 ``avx512``, ``avx512vnni`` on x86-64; ``scalar`` elsewhere, which the compiler vectorises for the
@@ -11,7 +11,7 @@ platform's baseline, NEON on aarch64), never with ``-march=native``. The level i
 name, so a build cache keeps one build per level and a cache carried to another CPU (a shared home, a
 container image) is never run where its instructions are missing. :func:`chosen_isa` picks the highest
 level the CPU reports, or the lower one that ``TRANSDUCE_CPU_ISA`` names (as CTranslate2's
-``CT2_FORCE_CPU_ISA``); the decoder's kernels return the same bits on every level (``decode/vecmath.h``).
+``CT2_FORCE_CPU_ISA``); the decoder's kernels return the same bits on every level (``backends/vecmath.h``).
 """
 
 from __future__ import annotations

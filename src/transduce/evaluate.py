@@ -28,8 +28,8 @@ from pathlib import Path
 import sacrebleu
 from sacremoses import MosesTokenizer
 
+from .backends.options import add_backend_arguments, backend_from_args
 from .decode import mbr, rerank
-from .decode.options import add_backend_arguments, backend_from_args
 
 
 def moses_lower(lines: list[str], lang: str) -> list[str]:
@@ -125,7 +125,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from .decode.cli import read_lines
+    from .text.streaming import read_lines
 
     refs = read_lines(args.ref)
     if (args.hyp is None) == (args.model is None):

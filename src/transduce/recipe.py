@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
+from .backends import DTYPES
 from .config import ConfigError, build, check, parse_override, read_toml, to_toml_text
-from .decode import DTYPES
 
 
 @dataclass
@@ -334,9 +334,9 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
 
 def _check_backends(recipe: Recipe, model_dir: Path, device: str, decode: dict, metric: str) -> str:
     """Score int8-native against fp32 on the validation split and record it in the kept model's directory
-    (backends.json, :mod:`transduce.backendcheck`), so that loading it picks int8 by default where it is
+    (backends.json, :mod:`transduce.check_backends`), so that loading it picks int8 by default where it is
     within 0.3 BLEU. Returns the result in one line, or why it was not checked."""
-    from .backendcheck import check, summary
+    from .check_backends import check, summary
 
     if device != "cpu":
         return f"not checked: decoded on {device}, int8 is for CPUs"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .reading import Lines
-from .stream import Source
+from .sources import Source
 
 DEFAULT_CACHE = "~/.cache/transduce"
 

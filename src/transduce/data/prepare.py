@@ -25,7 +25,7 @@ from .build import DEFAULT_VOCAB_SAMPLE, BuildSettings, build
 from .corpora import DEFAULT_CACHE, Corpus
 from .dataset import PreparedData
 from .filters import FilterSettings
-from .stream import Source
+from .sources import Source
 from .userfiles import load_files
 
 FILTERS = """Nothing is dropped silently: pairs empty on either side are removed from every split; --dedup,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .corpora import Corpus, SplitText, StreamSplit
 from .reading import file_sha256
-from .stream import Source
+from .sources import Source
 
 
 def read_tsv(path: Path, skip_invalid: bool = False) -> tuple[SplitText, str]:
@@ -27,7 +27,7 @@ def load_files(
     extra: list[Source] = (),
 ) -> Corpus:
     """``pairs``: split -> (source file, target file); ``tsvs``: split -> TSV file; ``extra``: more weighted
-    training corpora. Every split is streamed while it is built (see :mod:`.stream`). Training data is required."""
+    training corpora. Every split is streamed while it is built (see :mod:`.sources`). Training data is required."""
     if "train" not in pairs and "train" not in tsvs and not extra:
         raise ValueError("no training data: give --src-file and --tgt-file, or --tsv, or --corpus")
     splits: dict[str, StreamSplit] = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 from .corpora import Corpus, StreamSplit
 from .download import fetch
 from .reading import file_sha256
-from .stream import Source, iter_lines
+from .sources import Source, iter_lines
 
 ARCHIVES = {
     "training-parallel-europarl-v7.tgz": "http://statmt.org/wmt13/training-parallel-europarl-v7.tgz",

@@ -11,8 +11,8 @@ The layer is the *last* decoder layer by default, as in fairseq (``--alignment-l
 the last). Garg et al. (2019) found the penultimate layer best for a 6-layer model; on the 2-layer test
 model the last layer placed HTML tags on exactly the right words twice as often as the first
 (6 of 14 against 3 of 14, ``bench/html_tags.py``), so the default follows fairseq. ``layer`` chooses
-another (from 0). Only a single PyTorch model is supported (not an ensemble, not the C++ ``--native``
-step, whose decoder does not record attention).
+another (from 0). A single model is supported, not an ensemble; for a C++ step (``*-native`` backends,
+which record no weights) the teacher-forced pass runs the PyTorch model of the same dtype it steps for.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..model import Transformer
+from .step import pytorch_model
 
 Alignment = list[tuple[int, int]]  # (source word, target word) pairs
 
@@ -56,10 +57,7 @@ def pharaoh(pairs: Alignment) -> str:
 def check_model(model) -> Transformer:
     """The PyTorch model whose attention weights a translator's ``model`` gives: itself, or for a C++ step
     (``*-native`` backends, which record no weights) the PyTorch model of the same dtype it steps for."""
-    from .native import NativeStep
-
-    if isinstance(model, NativeStep):
-        model = model.model
+    model = pytorch_model(model)
     if not isinstance(model, Transformer):
         raise ValueError("attention weights and alignments need a single model, not an ensemble")
     return model

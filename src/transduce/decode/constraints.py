@@ -16,6 +16,7 @@ so, as in Post & Vilar's dynamic beam allocation (the variant of Hu et al.'s tha
 
 It decodes one sentence at a time (``beam`` decoder rows), so it is slower than the batched
 :func:`~transduce.decode.search.beam_search`; sentences without constraints or prefix use that instead.
+Both are reached through :func:`~transduce.decode.search.search`, with :class:`Constraints` per sentence.
 Scoring and stopping are those of §6.1's beam search (length penalty α, early stop with an exact bound).
 """
 
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .search import Hypothesis, length_penalty, max_lengths
+from .hypothesis import Hypothesis, length_penalty, max_lengths
+from .search_options import SearchOptions
 
 
 @dataclass(frozen=True)
@@ -74,27 +76,29 @@ class _Hyp:
     state: _State
 
 
-@torch.no_grad()
-def constrained_search(
-    model,
-    src: Tensor,
-    constraints: list[list[int]],
-    prefix: list[int] | None = None,
-    beam: int = 4,
-    alpha: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    continues_word: Tensor | None = None,
-) -> Hypothesis:
-    """The best hypothesis for one sentence ``src`` (1, S) (ids + eos) that starts with ``prefix`` and
-    contains every token sequence of ``constraints``. The length limit a·|x| + b is raised to fit the
-    prefix and the terms. Raises ``ValueError`` when no such hypothesis ends within it.
+@dataclass(frozen=True, eq=False)
+class Constraints:
+    """What one sentence's output must hold: every token sequence of ``terms``, and ``prefix`` first.
 
     ``continues_word`` (V,) bool marks subwords that continue a word (no leading ``▁``); they may not
     follow a completed term, so a term is a whole word in the output (not ``Katze`` + ``iten``)."""
+
+    terms: list[list[int]]
+    prefix: list[int] | None = None
+    continues_word: Tensor | None = None
+
+
+@torch.no_grad()
+def constrained_search(model, src: Tensor, wanted: Constraints, options: SearchOptions) -> Hypothesis:
+    """The best hypothesis for one sentence ``src`` (1, S) (ids + eos) that starts with ``wanted.prefix`` and
+    contains every token sequence of ``wanted.terms``, by beam search with ``options`` (beam, alpha, length
+    limits). The length limit a·|x| + b is raised to fit the prefix and the terms. Raises ``ValueError``
+    when no such hypothesis ends within it."""
     cfg = model.config
-    prefix = list(prefix or [])
-    constraints = [c for c in constraints if c]
+    beam, alpha, max_len_a, max_len_b = options.beam, options.alpha, options.max_len_a, options.max_len_b
+    continues_word = wanted.continues_word
+    prefix = list(wanted.prefix or [])
+    constraints = [c for c in wanted.terms if c]
     need = len(prefix) + sum(len(c) for c in constraints)
     limit = min(
         max(max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions - 1)[0], need + 1),

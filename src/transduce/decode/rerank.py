@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .search import Hypothesis
+from .hypothesis import Hypothesis
+from .search_options import SearchOptions
 
 
 @dataclass
@@ -117,7 +118,8 @@ def sweep(
     if candidates > beam:
         raise ValueError(f"reranking {candidates} candidates needs a beam of at least that, got {beam}")
     sources = translator.encode_sources(sentences)
-    nbest = translator.search(sources, beam, alpha, max_len_a, max_len_b, candidates, batch_tokens=batch_tokens)
+    options = SearchOptions(beam, alpha, max_len_a, max_len_b, candidates)
+    nbest = translator.search(sources, options, batch_tokens=batch_tokens)
     channel = translator.channel_scores(sources, nbest, batch_tokens)
     decode = translator.vocabs.tgt.decode
     return {w: [decode(hyps[choose(hyps, c, w)].tokens) for hyps, c in zip(nbest, channel)] for w in weights}

@@ -1,11 +1,11 @@
-"""Search over a model's output distribution: greedy, beam search (§6.1) and sampling.
+"""Search over a model's output distribution: greedy, beam search (§6.1), sampling, and :func:`search`, the
+one door to them and to constrained beam search (:mod:`~transduce.decode.constraints`).
 
-All three take a *decoder* — a :class:`~transduce.model.Transformer` or an
-:class:`~transduce.decode.ensemble.Ensemble` — exposing ``encode(src)``,
-``init_cache(encoded, beam)``, ``decode_step(tokens, cache) -> logits`` and a cache with
-``reorder(rows, sentences, beam)``, and a batch ``src`` (B, S) of source ids + eos,
-right-padded. The encoder runs once per batch; the encoder–decoder keys/values once per
-sentence, shared by its beams; finished sentences leave the batch.
+Each takes a :class:`~transduce.decode.step.DecoderStep` (a :class:`~transduce.model.Transformer`, an
+:class:`~transduce.decode.ensemble.Ensemble` or the C++ step) and a batch ``src`` (B, S) of source ids +
+eos, right-padded; :func:`search` takes the settings whole, as :class:`~transduce.decode.search_options.SearchOptions`.
+The encoder runs once per batch; the encoder–decoder keys/values once per sentence, shared by its beams;
+finished sentences leave the batch.
 
 Batch invariance. A sentence's translation must not depend on which other sentences
 share its batch. Two things in a batch can change float rounding: the padded source length
@@ -26,47 +26,24 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .constraints import Constraints, constrained_search
+from .hypothesis import Hypothesis, length_penalty, max_lengths
+from .search_options import SampleConfig, SearchOptions
+from .step import DecoderStep
+
+__all__ = [  # Hypothesis, SampleConfig, length_penalty, max_lengths: imported from here before they had modules
+    "Hypothesis",
+    "SampleConfig",
+    "SearchOptions",
+    "beam_search",
+    "greedy",
+    "length_penalty",
+    "max_lengths",
+    "row_topk",
+    "search",
+]
 ROW_MULTIPLE = 4  # see the module docstring
 TOPK_BLOCK = 64  # row_topk's block width
-
-
-@dataclass
-class Hypothesis:
-    """One output: ``tokens`` without bos/eos, ``logprob`` = Σ log p(y_t | y_<t, x) including eos,
-    ``score`` = logprob / lp(|Y|) (the length-normalised score beam search ranks by)."""
-
-    tokens: list[int]
-    logprob: float
-    score: float
-
-
-@dataclass
-class SampleConfig:
-    """Sampling instead of search: temperature, then top-k, then nucleus (top-p) filtering."""
-
-    temperature: float = 1.0
-    top_k: int = 0  # 0: no top-k filter
-    top_p: float = 1.0  # 1.0: no nucleus filter
-    seed: int = 1
-
-    def __post_init__(self) -> None:
-        if not self.temperature > 0:
-            raise ValueError(f"sampling temperature must be > 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top-k must be >= 0, got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
-
-
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016); |Y| counts the eos token."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def max_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> list[int]:
-    """Most output tokens (without eos) per sentence: a·|x| + b, |x| without eos, capped at ``limit``."""
-    src_len = (src != pad_id).sum(1) - 1  # (B,) tokens without eos
-    return [min(int(a * n + b), limit) for n in src_len.tolist()]
 
 
 @dataclass
@@ -309,3 +286,26 @@ def _sentence_done(
     # it ends with eos at some length in [t + 2, limit + 1]; val / lp(L) is monotone in L
     bound = max(best_live / length_penalty(t + 2, alpha), best_live / length_penalty(limit + 1, alpha))
     return bound <= fin.hyps[nbest - 1].score
+
+
+def search(
+    model: DecoderStep,
+    src: Tensor,
+    options: SearchOptions,
+    seeds: list[int] | None = None,
+    constraints: list[Constraints] | None = None,
+) -> list[list[Hypothesis]]:
+    """The one door to search: the ``options.nbest`` best hypotheses of each sentence of ``src`` (B, S), best
+    first; one per sentence when ``options.single`` (greedy or sampling; ``seeds``: sentence b's random seed).
+
+    ``constraints`` (one per sentence) runs constrained beam search instead, one sentence at a time
+    (:func:`~transduce.decode.constraints.constrained_search`): its one best hypothesis per sentence."""
+    if constraints is not None:
+        if len(constraints) != src.size(0):
+            raise ValueError(f"{src.size(0)} sentences but {len(constraints)} constraint sets")
+        return [[constrained_search(model, src[b : b + 1], c, options)] for b, c in enumerate(constraints)]
+    if options.single:
+        return [
+            [h] for h in greedy(model, src, options.alpha, options.max_len_a, options.max_len_b, options.sample, seeds)
+        ]
+    return beam_search(model, src, options.beam, options.alpha, options.max_len_a, options.max_len_b, options.nbest)

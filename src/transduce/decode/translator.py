@@ -21,41 +21,16 @@ import torch
 
 from ..data.vocab import Vocabs
 from ..fastpaths import FastPaths
-from . import DTYPES
 from . import rerank as rerank_
+from .align import align
+from .constraints import Constraints
+from .hypothesis import Hypothesis
 from .mbr import MBRConfig, choose
 from .rerank import RerankConfig
-from .search import Hypothesis, SampleConfig, beam_search, greedy
+from .search import search
+from .search_options import SampleConfig, SearchOptions
 
 PAD_MULTIPLE = 8
-
-
-def for_decoding(model: torch.nn.Module, dtype: str, device: torch.device) -> torch.nn.Module:
-    """``model`` in a decoding precision.
-
-    * ``fp32``: as trained;
-    * ``bf16``: weights and activations in bfloat16 (scores are still accumulated in fp32);
-    * ``fp16``: CUDA only; weights and activations in float16 (scores accumulated in fp32);
-    * ``int8``: CPU only; every ``nn.Linear`` (projections, feed-forward, pre-softmax) dynamically
-      quantised (int8 weights, activations quantised per batch), embeddings and norms in fp32. The
-      activation scale is the batch's, so unlike fp32 and bf16 an output may depend on its batch.
-    """
-    if dtype == "fp32":
-        return model
-    if dtype == "bf16":
-        return model.to(torch.bfloat16)
-    if dtype == "fp16":
-        if device.type != "cuda":
-            raise ValueError(f"dtype 'fp16' decodes on CUDA only, not on {device}: use 'bf16' or 'int8' on a CPU")
-        return model.to(torch.float16)
-    if dtype == "int8":
-        if device.type != "cpu":
-            raise ValueError(f"dtype 'int8' (dynamic quantisation) runs on the CPU only, not on {device}")
-        with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao; it still works
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
-            return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
 
 
 @dataclass
@@ -180,11 +155,11 @@ class Translator:
     def translate(
         self,
         sentences: list[str],
-        beam: int = 4,
-        alpha: float = 0.6,
-        max_len_a: float = 1.0,
-        max_len_b: int = 50,
-        nbest: int = 1,
+        beam: int | None = None,
+        alpha: float | None = None,
+        max_len_a: float | None = None,
+        max_len_b: int | None = None,
+        nbest: int | None = None,
         sample: SampleConfig | None = None,
         batch_tokens: int = 4096,
         batch_size: int | None = None,
@@ -196,8 +171,14 @@ class Translator:
         target_lang: str | None = None,
         alignments: bool | str = False,
         alignment_layer: int | None = None,
+        *,
+        search: SearchOptions | None = None,
     ) -> list:
         """Translate ``sentences`` (one per item); results come back in input order.
+
+        ``search`` holds the search settings (:class:`~transduce.decode.search_options.SearchOptions`: beam,
+        alpha, length limits, n-best, sampling; default: the paper's); ``beam=``, ``alpha=``, ``max_len_a=``,
+        ``max_len_b=``, ``nbest=`` and ``sample=`` are the same settings given one by one.
 
         Returns ``list[str]``; with ``nbest > 1`` a list of n-best lists; with
         ``return_scores`` :class:`Translation` objects instead of strings. ``beam=1`` or
@@ -211,26 +192,13 @@ class Translator:
         encoder–decoder attention of decoder layer ``alignment_layer`` (:mod:`~transduce.decode.align`;
         ``alignments="cover"`` also aligns each source word no target word chose).
         """
-        if beam < 1:
-            raise ValueError(f"beam must be at least 1, got {beam}")
-        if sample is not None and nbest != 1:
-            raise ValueError("sampling gives one output per line; use nbest=1")
-        if mbr is not None:
-            if sample is not None or nbest != 1:
-                raise ValueError("MBR chooses one output per line from the beam: no sampling, nbest=1")
-            if mbr.candidates > beam:
-                raise ValueError(f"MBR over {mbr.candidates} candidates needs a beam of at least that, got {beam}")
-            nbest = mbr.candidates
-        if rerank is not None:
-            if self.channel is None:
-                raise ValueError("reranking needs a channel model (target→source): load(..., channel=DIR)")
-            if sample is not None or nbest != 1 or mbr is not None:
-                raise ValueError("reranking chooses one output per line from the beam: no sampling, nbest=1, no MBR")
-            if rerank.candidates > beam:
-                raise ValueError(f"reranking {rerank.candidates} candidates needs a beam of at least that, got {beam}")
-            nbest = rerank.candidates
+        options = SearchOptions.of(
+            search, beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest, sample=sample
+        )
+        options = self.chooser_options(options, mbr, rerank)
         sources = self.encode_sources(sentences, truncate, target_lang)
-        results = self.search(sources, beam, alpha, max_len_a, max_len_b, nbest, sample, batch_tokens, batch_size, sort)
+        results = self.search(sources, options, batch_tokens, batch_size, sort)
+        nbest = options.nbest
         if mbr is not None:
             results = [[hyps[self._mbr_pick(hyps, mbr)]] for hyps in results]
             nbest = 1
@@ -240,8 +208,6 @@ class Translator:
             nbest = 1
         out = [[self._wrap(h, return_scores or alignments) for h in hyps] for hyps in results]
         if alignments:
-            from .align import align
-
             flat = [(n, t) for n, hyps in enumerate(out) for t in hyps]
             pairs = align(
                 self,
@@ -255,30 +221,51 @@ class Translator:
                 t.alignment = a
         return [o[0] for o in out] if nbest == 1 else out
 
+    def chooser_options(
+        self, options: SearchOptions, mbr: MBRConfig | None, rerank: RerankConfig | None
+    ) -> SearchOptions:
+        """The search that MBR or reranking choose from: ``options`` with ``nbest`` = their candidates, after
+        checking that the modes combine (one output per line; the beam holds the candidates)."""
+        if mbr is not None:
+            if options.sample is not None or options.nbest != 1:
+                raise ValueError("MBR chooses one output per line from the beam: no sampling, nbest=1")
+            if mbr.candidates > options.beam:
+                raise ValueError(
+                    f"MBR over {mbr.candidates} candidates needs a beam of at least that, got {options.beam}"
+                )
+            options = options.replace(nbest=mbr.candidates)
+        if rerank is not None:
+            if self.channel is None:
+                raise ValueError("reranking needs a channel model (target→source): load(..., channel=DIR)")
+            if options.sample is not None or options.nbest != 1 or mbr is not None:
+                raise ValueError("reranking chooses one output per line from the beam: no sampling, nbest=1, no MBR")
+            if rerank.candidates > options.beam:
+                raise ValueError(
+                    f"reranking {rerank.candidates} candidates needs a beam of at least that, got {options.beam}"
+                )
+            options = options.replace(nbest=rerank.candidates)
+        return options
+
     def search(
         self,
         sources: list[list[int] | None],
-        beam: int = 4,
-        alpha: float = 0.6,
-        max_len_a: float = 1.0,
-        max_len_b: int = 50,
-        nbest: int = 1,
-        sample: SampleConfig | None = None,
+        options: SearchOptions | None = None,
         batch_tokens: int = 4096,
         batch_size: int | None = None,
         sort: bool = True,
+        constraints: list[Constraints] | None = None,
     ) -> list[list[Hypothesis]]:
         """The n-best hypotheses (target ids) of each source (ids + eos, or None: an empty hypothesis),
-        in input order; what :meth:`translate` runs between encoding and detokenising."""
+        in input order, by :func:`~transduce.decode.search.search` with ``options`` (default: the paper's);
+        ``constraints`` (one per source) searches under them. What :meth:`translate` runs between encoding
+        and detokenising."""
+        options = SearchOptions() if options is None else options
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in sources]
         for index in self.batches(sources, batch_tokens, batch_size, sort):
             src = self.tensor([sources[i] for i in index])  # (B, width)
-            if beam == 1 or sample is not None:
-                seeds = [sample.seed + i for i in index] if sample is not None else None
-                hyps = [[h] for h in greedy(self.model, src, alpha, max_len_a, max_len_b, sample, seeds)]
-            else:
-                hyps = beam_search(self.model, src, beam, alpha, max_len_a, max_len_b, nbest)
-            for i, h in zip(index, hyps):
+            seeds = [options.sample.seed + i for i in index] if options.sample is not None else None
+            wanted = [constraints[i] for i in index] if constraints is not None else None
+            for i, h in zip(index, search(self.model, src, options, seeds, wanted)):
                 results[i] = h
         return results
 
@@ -296,17 +283,6 @@ class Translator:
         return Translation(text, hyp.tokens, hyp.logprob, hyp.score) if scores else text
 
     # ---------------------------------------------------------------- scoring
-    @torch.no_grad()
-    def attention(self, sentence: str, beam: int = 4):
-        """Translate ``sentence`` and return its attention weights (Figures 3–5) with the translation.
-
-        Returns :class:`transduce.viz.attention.AttentionMaps`: ``.translation``, the subword labels and
-        (layers, heads, T_q, T_k) arrays for encoder, decoder and encoder–decoder attention.
-        """
-        from ..viz.attention import sentence_attention
-
-        return sentence_attention(self, sentence, beam=beam)
-
     def reference_nll(
         self, sources: list[str], references: list[str], batch_tokens: int = 4096, model=None
     ) -> tuple[float, int]:

@@ -11,9 +11,9 @@ Two paths compute scaled dot-product attention:
   the fused kernel used for training, encoding, and decoding on GPU;
 * :func:`attention_written_out` — the formula with fp32 scores and :func:`softmax_last`, for training on CPU
   (a module's ``kernel = "written"``, set by :func:`use_kernel`; the trainer's ``attention_kernel = "auto"``
-  there, chosen in :mod:`transduce.fastpaths`). At Multi30k's lengths (~17) SDPA's CPU math kernel upcasts
+  there, chosen in :mod:`transduce.train.kernels`). At Multi30k's lengths (~17) SDPA's CPU math kernel upcasts
   and copies its bf16 inputs: paper-base shapes, 2 threads, forward + backward of one layer's attention took
-  26 ms in it and 17 ms written out.
+  26 ms in it and 17 ms written out (`python bench/attention_train_cpu.py --threads 2`).
 
 Incremental decoding on CPU uses the reference formula: with one query per row (self-attention) or
 one per beam (encoder–decoder attention) the fused CPU kernel's set-up outweighs its work. Measured
@@ -101,7 +101,7 @@ def _softmax_and_mix(
     scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float, short_rows: bool = False
 ) -> tuple[Tensor, Tensor]:
     """``short_rows``: :func:`softmax_last` (training), else ``torch.softmax``, whose rounding the C++
-    decoder step reproduces bit for bit (``decode/native_step.cpp``)."""
+    decoder step reproduces bit for bit (``backends/native_step.cpp``)."""
     safe, empty = _guard_empty_rows(mask)
     if safe is not None:
         scores = scores.masked_fill(~safe, float("-inf"))

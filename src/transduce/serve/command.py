@@ -14,7 +14,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ..decode.options import add_backend_arguments, backend_from_args
+from ..backends.options import add_backend_arguments, backend_from_args
 from .files import FileStore, default_folder
 from .keys import Access, read_keys
 from .registry import ModelSpec, read_models

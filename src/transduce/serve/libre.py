@@ -32,7 +32,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from .. import langid
-from ..decode.markup import translate_html_batch
+from ..text.markup import translate_html_batch
 from .fields import api_key, as_int, client_host, error, ignore_unknown, read_fields
 from .languages import Hop, listing, plan, sources_for
 from .service import Rejected, Search, Service
@@ -92,7 +92,7 @@ async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: i
 
 class _Batched:
     """A translator whose ``translate`` sends the sentences through the model's batcher: handed to
-    :func:`transduce.decode.markup.translate_html_batch` on a worker thread, so the sentences of HTML
+    :func:`transduce.text.markup.translate_html_batch` on a worker thread, so the sentences of HTML
     snippets are checked and batched like text while markup is parsed and rendered off the event loop."""
 
     def __init__(self, service: Service, hop: Hop, loop: asyncio.AbstractEventLoop):

@@ -2,7 +2,7 @@
 their words.
 
 A paragraph (``w:p`` / ``a:p``) whose text sits in runs (``w:r`` / ``a:r``: formatting ``*:rPr`` and text
-``*:t``) becomes an HTML snippet with one ``<span>`` per run; :func:`transduce.decode.markup` translates
+``*:t``) becomes an HTML snippet with one ``<span>`` per run; :func:`transduce.text.markup` translates
 it and places each span on the target words aligned to the run's source words, as it places HTML tags.
 Each span of the answer becomes a copy of its run (same formatting) holding the translated words; words
 outside any span join the run before them. A run holding something other than text (a tab, a break, a

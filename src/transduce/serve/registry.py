@@ -40,8 +40,8 @@ from pathlib import Path
 
 import langcodes
 
+from ..backends import DTYPES
 from ..config import ConfigError, read_toml
-from ..decode import DTYPES
 from ..interop.marian import language_tokens
 from ..modeldir import VOCAB, WEIGHTS, load_vocabs, read_model_config
 

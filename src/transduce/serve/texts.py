@@ -1,11 +1,11 @@
 """Whole texts in, whole texts out: what the LibreTranslate API does with a ``q`` before and after the model.
 
-``format: text``: each text is split into paragraphs and sentences (:mod:`transduce.decode.document`,
+``format: text``: each text is split into paragraphs and sentences (:mod:`transduce.text.document`,
 the same splitting as ``transduce translate --document``); the sentences of every text of a request go
 to the model together, and each text is put back with its blank lines, indentation and line ends exactly
 as sent.
 
-``format: html``: each snippet must parse (:func:`transduce.decode.markup.parse`). One that does not (an
+``format: html``: each snippet must parse (:func:`transduce.text.markup.parse`). One that does not (an
 unclosed ``<p>``, a stray end tag) is repaired as browsers do, by lxml's HTML parser, and translated
 in its repaired form; a snippet lxml cannot read either is a 400 naming the problem.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..decode.document import Piece, reassemble, split_text
+from ..text.document import Piece, reassemble, split_text
 from .service import Rejected
 
 
@@ -45,7 +45,7 @@ def split(texts: list[str], lang: str) -> Split:
 
 def repaired_html(text: str, index: int) -> str:
     """``text`` if it parses strictly, else its repair by lxml's lenient HTML parser (module docstring)."""
-    from ..decode.markup import parse
+    from ..text.markup import parse
 
     try:
         parse(text)

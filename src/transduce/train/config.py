@@ -57,7 +57,7 @@ class TrainConfig:
     fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
     # R-Drop (train/rdrop.py): each batch twice under two dropout masks, + alpha x their symmetric KL; 0 = off
     rdrop_alpha: float = 0.0
-    # the fast paths (transduce/fastpaths.py; the run's log says which ran and why, in one line).
+    # the fast paths (transduce/train/kernels.py; the run's log says which ran and why, in one line).
     # attention in training: "auto" = the written-out formula with fp32 scores on CPU (model/attention.py:
     # faster than SDPA's kernels for short sentences, forward + backward) and PyTorch's SDPA choice on CUDA;
     # "written", or an SDPA kernel by name

@@ -13,7 +13,7 @@ On CPU, fp32 and bf16 activations take a C++ version of the same distribution (`
 one pass, no stored mask (the backward pass recomputes it from a seed drawn from torch's generator).
 Forward + backward of a (156, 12, 128) bf16 activation, 1 thread: see ``python bench/dropout_kernel.py``.
 The tensor ops stay as the reference and the fallback (no compiler, or ``train.dropout_kernel = "tensor"``,
-chosen in :mod:`transduce.fastpaths`).
+chosen in :mod:`transduce.train.kernels`).
 
 :func:`use_fast_dropout` swaps every ``nn.Dropout`` of a model in place. Dropout modules hold no
 parameters, so checkpoints and model directories are unchanged.

@@ -170,7 +170,7 @@ class SmoothedLoss:
     copies = 1
 
     def __init__(self, epsilon: float, pad_id: int = 0, native: bool = True):
-        # native: the C++ loss blocks where they apply, else the tensor ops (chosen in transduce.fastpaths)
+        # native: the C++ loss blocks where they apply, else the tensor ops (chosen in transduce.train.kernels)
         self.epsilon, self.pad_id, self.native = float(epsilon), pad_id, native
 
     def __call__(

@@ -4,7 +4,7 @@ The tensor-op version (``loss._block``, ``loss._rdrop_block``) stays as the read
 fallback. The extension is compiled with ``torch.utils.cpp_extension`` on first use (tens of seconds, then
 cached under ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``); :func:`extension` returns None when
 it cannot be built (no C++ compiler), and the loss then runs the tensor ops. ``train.loss_kernel = "tensor"``
-turns it off (chosen in :mod:`transduce.fastpaths`), for A/B timing: ``python bench/train_step.py DATA --threads 1
+turns it off (chosen in :mod:`transduce.train.kernels`), for A/B timing: ``python bench/train_step.py DATA --threads 1
 --max-tokens 1024 --rdrop-alpha 2 --loss-kernel native|tensor`` (whole steps) or ``python
 bench/loss_block.py`` (the loss alone; README, "Which loss kernel trains").
 """

@@ -26,7 +26,7 @@ class RDrop:
         if alpha <= 0:
             raise ValueError(f"R-Drop's alpha must be positive, got {alpha}")
         self.epsilon, self.alpha, self.pad_id = float(epsilon), float(alpha), pad_id
-        self.native = native  # the C++ loss blocks where they apply, else the tensor ops (transduce.fastpaths)
+        self.native = native  # the C++ loss blocks where they apply, else the tensor ops (transduce.train.kernels)
 
     def __call__(
         self, states: Tensor, weight: Tensor, labels: Tensor, dtype: torch.dtype, rows: int

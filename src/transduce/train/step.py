@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..fastpaths import attention_choice
 from ..model.attention import use_kernel
 from .distributed import Dist, all_sum, wrap
+from .kernels import attention_choice
 from .loss import SmoothedLoss
 from .schedule import Schedule, set_lr
 
@@ -67,7 +67,7 @@ class UpdateStats:
 
 
 def attention_kernel(name: str):
-    """The SDPA backend context for a resolved kernel name (:func:`transduce.fastpaths.attention_choice`):
+    """The SDPA backend context for a resolved kernel name (:func:`transduce.train.kernels.attention_choice`):
     "math", "flash", "efficient" = that SDPA kernel; "default" and "written" none (PyTorch's choice, or the
     written-out formula that :class:`TrainingLoss` sets on the model's attention modules)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -101,7 +101,7 @@ class TrainingLoss(nn.Module):
     def __init__(self, model: nn.Module, objective, device: torch.device, dtype: str, kernel: str = "auto"):
         super().__init__()
         self.model, self.objective, self.device, self.dtype = model, objective, device, dtype
-        self.kernel = attention_choice(kernel, device).name  # training's attention (transduce.fastpaths)
+        self.kernel = attention_choice(kernel, device).name  # training's attention (transduce.train.kernels)
         use_kernel(model, "written" if self.kernel == "written" else "fused")
 
     @property

@@ -31,7 +31,7 @@ import torch
 
 from ..config import ConfigError, to_toml_text
 from ..data.batching import TokenBatches
-from ..fastpaths import FastPaths, for_training
+from ..fastpaths import FastPaths
 from ..model import ModelConfig, Transformer
 from ..modeldir import save_model_dir
 from . import checkpoint as ckpt
@@ -39,6 +39,7 @@ from .config import TrainConfig
 from .distributed import Dist, all_sum, setup, teardown
 from .dropout import use_fast_dropout
 from .ema import WeightEMA
+from .kernels import for_training
 from .log import RunLog
 from .loss import SmoothedLoss
 from .optim import build_optimizer

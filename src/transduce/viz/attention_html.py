@@ -10,7 +10,7 @@ import html
 import json
 from pathlib import Path
 
-from .attention import KINDS, AttentionMaps
+from .attention_maps import KINDS, AttentionMaps
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>attention: {title}</title>

@@ -6,7 +6,7 @@
 // dispatch from Python costs more than their work (BENCHMARKS.md, "Decoding").
 // int8: every Linear of the step runs int8_gemm.h's kernel (weights quantised once, per output channel;
 // activations per call, per row), an approximation of the fp32 step.
-// Built on first use by transduce/decode/native.py with torch.utils.cpp_extension; without a compiler
+// Built on first use by transduce/backends/native.py with torch.utils.cpp_extension; without a compiler
 // the Python step runs.
 #include <torch/extension.h>
 
@@ -47,7 +47,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps)
   return at::layer_norm(x, {x.size(-1)}, w, b, eps);
 }
 
-// The feed-forward activation named by decode/spec.py ("relu", "gelu", "swish").
+// The feed-forward activation named by backends/spec.py ("relu", "gelu", "swish").
 int8::Activation activation_named(const std::string& name) {
   if (name == "relu") return int8::Activation::relu;
   if (name == "gelu") return int8::Activation::gelu;
@@ -574,7 +574,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, std::vector<Linear>, Tensor, double,
                           c10::optional<Tensor>, c10::optional<Tensor>, int64_t, double, bool, double, int64_t,
                           const std::string&>(),
-           // by name: decode/spec.py's TransformerSpec, flattened by decode/native.py
+           // by name: backends/spec.py's TransformerSpec, flattened by backends/native.py
            pybind11::kw_only(), pybind11::arg("linears"), pybind11::arg("norms"), pybind11::arg("kv"),
            pybind11::arg("token_weight"), pybind11::arg("embed_scale"), pybind11::arg("final_w"),
            pybind11::arg("final_b"), pybind11::arg("n_heads"), pybind11::arg("attn_scale"),

@@ -2,7 +2,7 @@
 
 :func:`translate_html` parses a snippet with the standard library's :class:`html.parser.HTMLParser`
 into a tree. Block elements (``<p>``, ``<li>``, ``<td>``, ``<br>``, ...) separate *runs* of inline
-content; each run's text (entities decoded) is split into sentences (:mod:`~transduce.decode.document`)
+content; each run's text (entities decoded) is split into sentences (:mod:`~transduce.text.document`)
 and every sentence of the snippet is translated in one batched call with word alignments
 (:mod:`~transduce.decode.align`). Each inline element (``<b>``, ``<a href>``, ``<span>``, ...) then wraps
 the hull of the target words aligned to the source words it wrapped, clipped so that elements stay
@@ -345,8 +345,8 @@ def translate_html(
 ) -> str:
     """Translate an HTML snippet, keeping its markup (module docstring). ``lang``: the sentence
     splitter's language (default: the model's source language); ``options``: those of
-    :meth:`Translator.translate` (beam, alpha, batch_tokens, ...). Needs a single PyTorch model
-    (alignments), so not an ensemble or the ``--native`` step.
+    :meth:`Translator.translate` (search, batch_tokens, ...). Needs a single model's attention (alignments),
+    so not an ensemble; a C++ step aligns with the PyTorch model it stands for.
 
     >>> translate_html(transduce.load("model"), 'A <b>dog</b> <a href="/run">runs</a>.')  # doctest: +SKIP
     'Ein <b>Hund</b> <a href="/run">rennt</a>.'

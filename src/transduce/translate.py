@@ -10,12 +10,12 @@ for each line, the one of the beam's N best that the others agree with most (min
 :mod:`~transduce.decode.mbr`); ``--rerank N --channel DIR`` the one of them that a target→source
 model also scores well (noisy channel, :mod:`~transduce.decode.rerank`).
 
-``--document`` translates plain text with paragraphs instead of lines (:mod:`~transduce.decode.document`).
+``--document`` translates plain text with paragraphs instead of lines (:mod:`~transduce.text.document`).
 Either way the input is read, translated and written ``--chunk`` sentences at a time
-(:mod:`~transduce.decode.stream`), with a progress bar when stderr is a terminal. ``--format html``
-keeps inline markup (:mod:`~transduce.decode.markup`), ``--alignments`` appends Pharaoh word alignments
+(:mod:`~transduce.text.streaming`), with a progress bar when stderr is a terminal. ``--format html``
+keeps inline markup (:mod:`~transduce.text.markup`), ``--alignments`` appends Pharaoh word alignments
 (:mod:`~transduce.decode.align`), ``--glossary`` / ``--constraints`` require target terms
-(:mod:`~transduce.decode.terminology`). The user guide is docs/documents.md.
+(:mod:`~transduce.text.terminology`). The user guide is docs/documents.md.
 """
 
 from __future__ import annotations
@@ -26,14 +26,16 @@ from pathlib import Path
 
 import torch
 
-from . import mbr as mbr_
-from . import rerank as rerank_
-from . import stream as stream_
-from .align import pharaoh
-from .document import reassemble, sentences, source_language, split_text
-from .markup import translate_html, translate_html_batch
-from .options import add_backend_arguments, backend_from_args
-from .search import SampleConfig
+from .backends import is_native
+from .backends.options import add_backend_arguments, backend_from_args
+from .backends.policy import for_python_model
+from .decode import mbr as mbr_
+from .decode import rerank as rerank_
+from .decode.align import pharaoh
+from .decode.search_options import SampleConfig, SearchOptions
+from .text import streaming as stream_
+from .text.document import reassemble, sentences, source_language, split_text
+from .text.markup import translate_html, translate_html_batch
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -124,23 +126,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def read_lines(path: str | Path | None) -> list[str]:
-    """Lines of a file (or stdin for None / '-') as strict UTF-8; an error names file and line."""
-    name = "<stdin>" if path in (None, "-") else str(path)
-    data = sys.stdin.buffer.read() if path in (None, "-") else Path(path).read_bytes()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out = []
-    for n, raw in enumerate(lines, 1):
-        try:
-            out.append(raw.decode("utf-8").rstrip("\r"))
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{name}:{n}: invalid UTF-8 at byte {e.start}") from None
-    return out
-
-
 def _options(args) -> dict:
+    """The keyword arguments of :meth:`Translator.translate` the flags give, the search settings as one
+    :class:`SearchOptions`."""
     sample = SampleConfig(args.temperature, args.top_k, args.top_p, args.seed) if args.sample else None
     if args.nbest > args.beam and not args.sample:
         raise ValueError(f"--nbest {args.nbest} needs --beam of at least {args.nbest}")
@@ -153,12 +141,7 @@ def _options(args) -> dict:
             "--rerank chooses one translation from the beam: it goes with neither --nbest, --sample nor --mbr"
         )
     return dict(
-        beam=args.beam,
-        alpha=args.alpha,
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        nbest=args.nbest,
-        sample=sample,
+        search=SearchOptions(args.beam, args.alpha, args.max_len_a, args.max_len_b, args.nbest, sample),
         batch_tokens=args.batch_tokens,
         batch_size=args.batch_size,
         truncate=not args.no_truncate,
@@ -187,12 +170,12 @@ def _alignment(t) -> str:
 
 
 def run(args) -> int:
-    from ..api import load
+    from .api import load
 
     options = _options(args)
     backend = backend_from_args(args)
-    if backend == "auto" and (args.alignments or args.format == "html" or args.glossary or args.constraints):
-        backend = "fp32"  # these read one PyTorch model's attention or steps, which the C++ step does not give
+    if args.alignments or args.format == "html" or args.glossary or args.constraints:
+        backend = for_python_model(backend)
     _check_document(args, backend)
     torch.set_num_threads(args.threads)
     translator = load(args.model, args.device, ensemble=args.ensemble, channel=args.channel, backend=backend)
@@ -222,7 +205,7 @@ def run(args) -> int:
 
 
 def _check_document(args, backend: str) -> None:
-    native = backend.endswith("-native")
+    native = is_native(backend)
     named = "--native" if args.native else f"--backend {backend}"  # as the user spelled it
     if args.chunk < 1:
         raise ValueError(f"--chunk must be at least 1, got {args.chunk}")
@@ -287,10 +270,10 @@ def _translate_fn(translator, options: dict, args):
     """``batch -> results``: plain, or with the glossary and per-line constraints (constrained search)."""
     if not (args.glossary or args.constraints):
         return lambda batch: translator.translate(batch, **options)
-    from .terminology import Glossary, translate_with_terms
+    from .text.terminology import Glossary, translate_with_terms
 
     glossary = Glossary.load(args.glossary, translator.vocabs.src.lowercase) if args.glossary else None
-    keep = ("beam", "alpha", "max_len_a", "max_len_b", "batch_tokens", "batch_size", "truncate", "return_scores")
+    keep = ("search", "batch_tokens", "batch_size", "truncate", "return_scores")
     plain = {k: v for k, v in options.items() if k in keep}
 
     def translate(batch):

@@ -26,10 +26,11 @@ import torch
 from torch import Tensor, nn
 
 from ..cpp import build
+from ..decode.search import TOPK_BLOCK
 from ..model import Transformer
 from ..model.cache import DecoderCache, LayerCache
 from ..model.transformer import Encoded
-from .search import TOPK_BLOCK
+from .precision import for_decoding
 from .spec import LinearSpec, NormSpec, TransformerSpec, spec_of, unsupported, validated
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
@@ -176,7 +177,7 @@ class EncodedKV(Encoded):
 
 
 class NativeStep(nn.Module):
-    """The decoder interface of :mod:`~transduce.decode.search` over ``model``, stepping in C++.
+    """A :class:`~transduce.decode.step.DecoderStep` over ``model``, stepping in C++.
 
     fp32/bf16: ``encode`` and ``init_cache`` are the model's; ``decode_step`` calls the extension and
     writes the grown self-attention keys/values back into the cache (a :class:`DeferredCache`).
@@ -197,10 +198,14 @@ class NativeStep(nn.Module):
         self.decoder = decoder_of(ext, spec, _int8 if int8 else _float)
         self.encoder = encoder_of(ext, spec) if int8 else None
         if int8:
-            from .translator import for_decoding
-
             model = for_decoding(model, "int8", torch.device("cpu"))
         self.model = model
+
+    @property
+    def pytorch_model(self) -> nn.Module:
+        """The PyTorch model this step stands for (:func:`transduce.decode.step.pytorch_model`): what reads
+        attention weights (alignments, HTML tag placement, attention pages)."""
+        return self.model
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """Teacher-forced logits (B, T, V): the model's own pass (reference perplexity)."""

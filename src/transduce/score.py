@@ -14,8 +14,8 @@ import sys
 
 import torch
 
-from ..model import Transformer
-from .rerank import sequence_logprobs
+from .decode.rerank import sequence_logprobs
+from .model import Transformer
 
 
 def score(
@@ -50,14 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from ..api import load
-    from .stream import decoded_lines
+    from .api import load
+    from .text.streaming import read_lines
 
     torch.set_num_threads(args.threads)
-    lines = []
-    for path in (args.source, args.target):
-        with open(path, "rb") as f:
-            lines.append([line.rstrip("\n").rstrip("\r") for line in decoded_lines(f, path)])
+    lines = [read_lines(args.source), read_lines(args.target)]
     if len(lines[0]) != len(lines[1]):
         raise ValueError(f"{args.source} has {len(lines[0])} lines but {args.target} has {len(lines[1])}")
     translator = load(args.model, args.device)

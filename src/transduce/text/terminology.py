@@ -1,5 +1,5 @@
 """Terminology: a glossary, per-sentence term constraints and forced prefixes, decoded with
-:func:`~transduce.decode.constraints.constrained_search`.
+:func:`~transduce.decode.constraints.constrained_search` (through :meth:`Translator.search`).
 
 A glossary is a TSV file, one ``source term<TAB>target term`` per line (``#`` starts a comment line):
 whenever a source term occurs in a sentence (as whole words, case-sensitively; case-insensitively
@@ -14,7 +14,9 @@ from pathlib import Path
 
 import torch
 
-from .constraints import constrained_search
+from ..decode.constraints import Constraints
+from ..decode.search_options import SearchOptions
+from ..decode.translator import Translation
 
 
 @dataclass
@@ -53,19 +55,22 @@ def translate_with_terms(
     constraints: list[list[str]] | None = None,
     prefixes: list[str | None] | None = None,
     glossary: Glossary | None = None,
-    beam: int = 4,
-    alpha: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
+    beam: int | None = None,
+    alpha: float | None = None,
+    max_len_a: float | None = None,
+    max_len_b: int | None = None,
     truncate: bool = True,
+    *,
+    search: SearchOptions | None = None,
     **options,
 ) -> list:
     """Translate ``sentences`` so that sentence i's output contains every target term of
     ``constraints[i]`` (and of the glossary entries that match it) and starts with ``prefixes[i]``.
-    Sentences with neither go through :meth:`Translator.translate` (batched) with ``options``.
+    ``search`` (or ``beam``, ``alpha``, ``max_len_a``, ``max_len_b`` one by one) sets the search; sentences
+    with neither terms nor prefix go through :meth:`Translator.translate` (batched) with ``options``, the
+    others through constrained beam search (:class:`~transduce.decode.constraints.Constraints`).
     Returns strings, or :class:`Translation` s with ``return_scores=True``."""
-    from .translator import Translation
-
+    search = SearchOptions.of(search, beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b)
     n = len(sentences)
     constraints = constraints or [[] for _ in range(n)]
     prefixes = prefixes or [None] * n
@@ -77,31 +82,24 @@ def translate_with_terms(
     scores = options.get("return_scores", False)
     out: list = [None] * n
     if plain:
-        for i, r in zip(
-            plain,
-            translator.translate(
-                [sentences[i] for i in plain],
-                beam=beam,
-                alpha=alpha,
-                max_len_a=max_len_a,
-                max_len_b=max_len_b,
-                truncate=truncate,
-                **options,
-            ),
-        ):
+        texts = [sentences[i] for i in plain]
+        for i, r in zip(plain, translator.translate(texts, truncate=truncate, search=search, **options)):
             out[i] = r
+    held = [i for i in range(n) if i not in plain_set]
+    if not held:
+        return out
     tgt = translator.vocabs.tgt
     continues = continues_word(tgt, translator.device)
-    sources = translator.encode_sources([s if i not in plain_set else "" for i, s in enumerate(sentences)], truncate)
-    for i in range(n):
-        if i in plain_set:
-            continue
-        ids = [tgt.encode(term) for term in terms[i]]
-        prefix = tgt.encode(prefixes[i]) if prefixes[i] else []
-        src = sources[i] or [translator.config.eos_id]
-        hyp = constrained_search(
-            translator.model, translator.tensor([src]), ids, prefix, beam, alpha, max_len_a, max_len_b, continues
-        )
+    every = translator.encode_sources([s if i not in plain_set else "" for i, s in enumerate(sentences)], truncate)
+    sources = [every[i] for i in held]  # encoded in place, so a warning counts the caller's lines
+    wanted = [
+        Constraints([tgt.encode(term) for term in terms[i]], tgt.encode(prefixes[i]) if prefixes[i] else [], continues)
+        for i in held
+    ]
+    eos = translator.config.eos_id
+    batching = {k: options[k] for k in ("batch_tokens", "batch_size") if k in options}
+    found = translator.search([s or [eos] for s in sources], search, constraints=wanted, **batching)
+    for i, (hyp,) in zip(held, found):
         text = tgt.decode(hyp.tokens)
         out[i] = Translation(text, hyp.tokens, hyp.logprob, hyp.score) if scores else text
     return out

@@ -7,52 +7,21 @@ and record the result in the model directory (``MODEL/backends.json``).
 The record says, for the weights it was measured on (their SHA-256), the BLEU of ``fp32`` and of
 ``int8-native`` with the same beam and length penalty on the same sentences, and the command that made it.
 ``transduce.load(MODEL)`` (so ``translate``, ``evaluate``, ``serve``) decodes with ``int8-native`` by default
-only where the record shows it within 0.3 BLEU of fp32 (:mod:`transduce.fastpaths`). ``transduce recipe``
-runs this check on the model it keeps.
+only where the record shows it within 0.3 BLEU of fp32 (:mod:`transduce.backends.policy`; the record itself:
+:mod:`transduce.backends.record`). ``transduce recipe`` runs this check on the model it keeps.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
 import shlex
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-RECORD = "backends.json"
-CANDIDATE = "int8-native"
-
-
-def weights_digest(model_dir: str | Path) -> str:
-    """SHA-256 of the model directory's weights file: a record holds only for the weights it measured."""
-    from .modeldir import WEIGHTS
-
-    h = hashlib.sha256()
-    with open(Path(model_dir) / WEIGHTS, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def read_record(model_dir: str | Path) -> tuple[dict[str, Any] | None, str]:
-    """The directory's record and "", or None and why there is none that holds (missing, malformed, or
-    made for other weights)."""
-    path = Path(model_dir) / RECORD
-    hint = f"`transduce check-backends {model_dir} --data DATA` makes one"
-    if not path.is_file():
-        return None, f"no accuracy record {path} ({hint})"
-    try:
-        record = json.loads(path.read_text())
-        float(record["delta"]), record["weights_sha256"], record["sentences"], record["data"]
-    except (ValueError, KeyError, TypeError) as e:
-        return None, f"{path} is not a valid record ({type(e).__name__}: {e}; {hint})"
-    if record["weights_sha256"] != weights_digest(model_dir):
-        return None, f"{path} was measured on other weights ({hint})"
-    return record, ""
+from .backends.policy import TOLERANCE
+from .backends.record import CANDIDATE, RECORD, weights_digest, write_record
 
 
 def check(
@@ -111,17 +80,12 @@ def check(
         "command": command,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    path = Path(model_dir) / RECORD
-    tmp = path.with_name(f".{RECORD}.tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_record(model_dir, record)
     return record
 
 
 def summary(record: dict[str, Any]) -> str:
     """One line: both scores, the difference, and whether ``auto`` will use the candidate."""
-    from .fastpaths import TOLERANCE
-
     m, s = record["metric"], record["scores"]
     verdict = "auto uses it" if record["delta"] >= -TOLERANCE else f"more than {TOLERANCE} below: auto stays on fp32"
     return (
@@ -162,7 +126,7 @@ def run(args) -> int:
         refs = [ids.tgt_text(i) for i in range(len(ids))]
         name, lang = f"{args.data} {args.split}", args.lang or data.manifest["tgt_lang"]
     else:
-        from .decode.cli import read_lines
+        from .text.streaming import read_lines
 
         if args.ref is None:
             raise ValueError("--src needs --ref")

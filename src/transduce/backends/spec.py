@@ -5,7 +5,7 @@ encoder and decoder is a spec: dataclasses of named weights (one per layer and s
 scalars the arithmetic needs. :func:`spec_of` reads a model into one, gathering every part the C++ step
 does not cover instead of stopping at the first; :func:`check` validates a spec (every tensor present, in
 fp32/bf16, of the shape ``d_model``, ``d_ff`` and the vocabulary imply) and lists all its problems.
-:mod:`~transduce.decode.native` then passes the spec to the extension by keyword, so no argument depends on
+:mod:`~transduce.backends.native` then passes the spec to the extension by keyword, so no argument depends on
 its position.
 """
 

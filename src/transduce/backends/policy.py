@@ -1,0 +1,89 @@
+"""The backend choice: ``auto``, the backend a job may run, and a model's decoder for a backend.
+
+``transduce.load`` (so ``translate``, ``evaluate``, ``serve``) asks :func:`decoder_backend` which backend to
+run and :func:`decoder_for` for each model's decoder; the choice, with its reason, is the ``decoder`` part of
+the :class:`~transduce.fastpaths.FastPaths` log line.
+
+``auto`` picks :data:`FASTEST` (``int8-native``) on a CPU when the model directory's ``backends.json``
+(:mod:`~transduce.backends.record`) records that it scored within :data:`TOLERANCE` BLEU of ``fp32`` on the
+model's own validation set, the C++ step covers the model and builds here; ``fp32`` otherwise, saying why.
+Jobs that read one PyTorch model's attention or steps (word alignments, HTML tag placement, constrained
+search on the command line) run ``fp32`` under ``auto`` (:func:`for_python_model`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ..fastpaths import Choice
+from . import AUTO, dtype_of, is_native
+from . import native as native_
+from .precision import for_decoding
+from .record import read_record
+
+TOLERANCE = 0.3  # BLEU: how far below fp32 an approximate backend may score and still be chosen by default
+FASTEST = "int8-native"  # the fastest CPU backend (docs/performance.md), the one auto may pick
+
+
+def decoder_backend(model, model_dir: str | Path, device, backend: str = AUTO, ensemble: bool = False) -> Choice:
+    """The decoding backend for ``model`` (loaded from ``model_dir``) on ``device``: ``backend`` when one is
+    named, else the fastest whose accuracy the directory's record vouches for (module docstring)."""
+    if backend != AUTO:
+        return Choice(backend, "asked for")
+    if device.type != "cpu":
+        return Choice("fp32", f"auto on {device.type}: the C++ step is for CPUs")
+    if ensemble:
+        return Choice("fp32", "auto with an ensemble: backends.json vouches for one model")
+    record, why = read_record(model_dir)
+    if record is None:
+        return Choice("fp32", f"auto: {why}; exact fp32 until then")
+    delta = record["delta"]
+    if delta < -TOLERANCE:
+        return Choice(
+            "fp32", f"auto: {FASTEST} scored {-delta:.2f} BLEU below fp32 in backends.json, more than {TOLERANCE}"
+        )
+    if (unsupported := native_.supports(model)) is not None:
+        return Choice("fp32", f"auto: the C++ step does not cover this model ({unsupported})")
+    if native_.extension() is None:
+        return Choice("fp32", "auto: the C++ step could not be built (see the warning above)")
+    return Choice(
+        FASTEST,
+        f"auto: {delta:+.2f} BLEU against fp32 on {record['sentences']} sentences of "
+        f"{record['data']} (backends.json; --backend fp32 for exact fp32)",
+    )
+
+
+def decoder_for(model, choice: Choice, device) -> tuple[Any, Choice]:
+    """``model`` (fp32, eval mode) ready to decode with ``choice``'s backend, and the choice that runs: a
+    native backend that cannot run falls back to the Python step of its dtype, the reason in the choice."""
+    dtype = dtype_of(choice.name)
+    if not is_native(choice.name):
+        return for_decoding(model, dtype, device), choice
+    int8 = dtype == "int8"
+    if int8 and device.type != "cpu":
+        raise ValueError(f"backend {choice.name!r} runs on the CPU only, not on {device}")
+    base = model if int8 else for_decoding(model, dtype, device)  # the int8 step quantises the fp32 model itself
+    why = native_.supports(base)
+    fast = native_.native_step(base, int8=int8) if why is None else None
+    if fast is None:
+        why = why or "the C++ step could not be built"
+        warnings.warn(
+            f"backend {choice.name} not used ({why}); decoding with the Python step", RuntimeWarning, stacklevel=3
+        )
+        return for_decoding(model, dtype, device), Choice(dtype, f"{choice.name} asked for, not available: {why}")
+    return fast, choice
+
+
+def channel_for(model, ran: Choice, device):
+    """The channel model of noisy-channel reranking in the precision of the backend that runs (``ran``): it
+    scores teacher-forced with the Python step; int8 backends rerank with the fp32 channel."""
+    dtype = dtype_of(ran.name)
+    return for_decoding(model, "fp32" if dtype == "int8" else dtype, device)
+
+
+def for_python_model(asked: str) -> str:
+    """The backend for a command-line job that reads one PyTorch model's attention or steps (word alignments,
+    HTML tag placement, constrained search): ``auto`` is ``fp32``; a named backend stays as asked."""
+    return "fp32" if asked == AUTO else asked

@@ -1,0 +1,7 @@
+"""The text around translation: what is split, streamed, marked up or constrained before the search runs.
+
+document.py    — sentences and paragraphs of plain text, split and put back with their whitespace
+streaming.py   — the translate command's input as units (lines or paragraphs) translated in chunks, in order
+markup.py      — inline HTML kept through translation, tags placed by word alignment
+terminology.py — glossaries, per-sentence term constraints and forced prefixes (constrained beam search)
+"""

@@ -1,0 +1,64 @@
+"""Which kernel runs each hot part of training, chosen from ``[train]``'s kernel keys and the hardware.
+
+:func:`for_training` gives the trainer its :class:`~transduce.fastpaths.FastPaths` (attention, loss, dropout,
+allocator), each choice with its reason, logged in one line at the start of the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import allocator
+from ..config import ConfigError
+from ..fastpaths import Choice, FastPaths, simd_choice
+from . import dropout as dropout_
+from . import native_loss
+
+
+def allocator_choice() -> Choice:
+    """Which allocator this process runs (the training commands re-execute themselves with jemalloc first,
+    allocator.py; ``TRANSDUCE_JEMALLOC`` is read there because the choice precedes the process)."""
+    if allocator.loaded():
+        return Choice("jemalloc", "preloaded")
+    return Choice("malloc", allocator.describe().partition("(")[2].rstrip(")"))
+
+
+def _native_kernel(key: str, asked: str, device, extension, what: str) -> Choice:
+    """ "native" or "tensor" for a C++ training kernel: ``asked`` is the config's "auto", "native" or "tensor"."""
+    if asked == "tensor":
+        return Choice("tensor", f"train.{key} = 'tensor'")
+    if device.type != "cpu":
+        if asked == "native":
+            raise ConfigError(f"key '{key}': 'native' is a CPU kernel; the run is on {device}")
+        return Choice("tensor", f"the C++ {what} is for CPU training")
+    if extension() is None:
+        if asked == "native":
+            raise ConfigError(f"key '{key}': the C++ {what} could not be built (see the warning above)")
+        return Choice("tensor", f"the C++ {what} could not be built (see the warning above)")
+    return Choice(
+        "native", f"C++ {what} on CPU" + ("" if asked == "native" else f"; train.{key} = 'tensor' for the tensor ops")
+    )
+
+
+def attention_choice(name: str, device) -> Choice:
+    """Training's attention kernel for ``train.attention_kernel`` = ``name`` on ``device``."""
+    if name != "auto":
+        return Choice(name, f"train.attention_kernel = '{name}'")
+    if device.type == "cpu":
+        return Choice("written", "auto on CPU: the formula with fp32 scores beats SDPA at short lengths")
+    return Choice("default", f"auto on {device.type}: PyTorch's SDPA choice")
+
+
+def for_training(cfg: Any, device) -> FastPaths:
+    """The kernels a training run uses, from ``cfg``'s ``attention_kernel``, ``loss_kernel``,
+    ``dropout_kernel`` and ``fast_dropout`` and the device."""
+    attention = attention_choice(cfg.attention_kernel, device)
+    loss = _native_kernel("loss_kernel", cfg.loss_kernel, device, native_loss.extension, "loss")
+    if not cfg.fast_dropout:
+        drop = Choice("torch", "train.fast_dropout = false")
+    elif device.type != "cpu":
+        drop = Choice("torch", f"FastDropout uses F.dropout on {device.type}")
+    else:
+        drop = _native_kernel("dropout_kernel", cfg.dropout_kernel, device, dropout_.extension, "dropout")
+    simd = simd_choice() if "native" in (loss.name, drop.name) else None
+    return FastPaths(attention=attention, loss=loss, dropout=drop, allocator=allocator_choice(), simd=simd)

@@ -1,0 +1,116 @@
+"""The package's import structure: no import cycle between modules, and each room imports only rooms below it.
+
+grimp reads every import statement of src/transduce, those inside functions included, without importing
+anything. A new import that closes a cycle or points upwards fails here with the chain that does it.
+"""
+
+from __future__ import annotations
+
+import grimp
+import pytest
+
+PACKAGE = "transduce"
+
+# top to bottom: a room may import the rooms below it, never one above; rooms on one line marked independent
+# import none of each other
+LAYERS = [
+    # the commands (`transduce COMMAND`), which may use each other (recipe runs evaluate and check-backends)
+    ("__main__", "cli", "demo", "recipe", "check_backends", "evaluate", "translate", "score", "info"),
+    ("serve",),
+    ("viz",),
+    ("api", "train"),  # independent
+    ("backends", "text"),  # independent: what runs a step; the text around translation
+    ("decode",),  # the paper's search and the Translator
+    ("interop",),
+    ("modeldir", "data"),  # a model directory holds the vocabularies data/ builds
+    ("model", "safefiles"),  # independent
+    ("fastpaths", "cpp", "allocator"),  # independent
+    ("config",),
+]
+INDEPENDENT = {("api", "train"), ("backends", "text"), ("model", "safefiles"), ("fastpaths", "cpp", "allocator")}
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return grimp.build_graph(PACKAGE, cache_dir=None)
+
+
+def _cycles(graph) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(root: str) -> None:
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child)))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    graph = grimp.ImportGraph()
+    for module in ("p", "p.a", "p.b", "p.c"):
+        graph.add_module(module)
+    graph.add_import(importer="p.a", imported="p.b")
+    graph.add_import(importer="p.b", imported="p.a")
+    graph.add_import(importer="p.c", imported="p.a")
+    assert _cycles(graph) == [["p.a", "p.b"]]
+
+
+def test_no_import_cycles(graph):
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles (imports inside functions count):\n" + "\n".join(
+        f"  {len(c)} modules: {', '.join(c)}" for c in cycles
+    )
+
+
+def test_every_room_is_in_a_layer(graph):
+    rooms = {m.split(".")[1] for m in graph.modules if m.count(".") >= 1}
+    placed = {room for layer in LAYERS for room in layer}
+    assert rooms == placed, f"not layered: {sorted(rooms - placed)}; gone: {sorted(placed - rooms)}"
+
+
+def test_rooms_import_only_downwards(graph):
+    layers = [grimp.Layer(*layer, independent=layer in INDEPENDENT) for layer in LAYERS]
+    illegal = graph.find_illegal_dependencies_for_layers(layers=layers, containers={PACKAGE})
+    lines = [
+        f"  {d.importer} -> {d.imported}: "
+        + "; ".join(
+            f"{'|'.join(sorted(r.heads))} -> {' -> '.join((*r.middle, '|'.join(sorted(r.tails))))}" for r in d.routes
+        )
+        for d in sorted(illegal, key=lambda d: (d.importer, d.imported))
+    ]
+    assert not illegal, "imports against the layers (tests/test_layers.py: LAYERS):\n" + "\n".join(lines)
