@@ -62,7 +62,9 @@ def test_cli_options_exact_and_conflicts():
         backend_from_args(p.parse_args(["--exact", "--backend", "int8-native"]))
 
 
-def _record(model_dir, delta: float, digest: str | None = None) -> None:
+def _record(model_dir, delta: float, digest: str | None = None, speed: dict | None = None) -> None:
+    """A record; ``speed``: words/s of fp32 and int8-native on this machine (default: int8 3x faster)."""
+    here = {"words_per_s": speed or {"fp32": 100.0, "int8-native": 300.0}, "threads": 1}
     record = {
         "candidate": "int8-native",
         "metric": "bleu",
@@ -71,6 +73,7 @@ def _record(model_dir, delta: float, digest: str | None = None) -> None:
         "sentences": 10,
         "scores": {},
         "weights_sha256": digest or record_.weights_digest(model_dir),
+        "speed": {record_.machine(): here, "Some Other CPU (avx512vnni)": here},
     }
     (model_dir / record_.RECORD).write_text(json.dumps(record))
 
@@ -106,7 +109,7 @@ def test_auto_follows_the_record(model_dir, monkeypatch):
     monkeypatch.setattr(native, "supports", lambda m: None)
     monkeypatch.setattr(native, "extension", lambda: object())
     choice = decoder_backend(model, model_dir, CPU)
-    assert choice.name == "int8-native" and "-0.10 BLEU" in choice.why
+    assert choice.name == "int8-native" and "-0.10 BLEU" in choice.why and "3.0x fp32's speed" in choice.why
     assert decoder_backend(model, model_dir, torch.device("cuda")).name == "fp32"
     assert decoder_backend(model, model_dir, CPU, ensemble=True).name == "fp32"
     assert decoder_backend(model, model_dir, CPU, "bf16") == Choice("bf16", "asked for")
@@ -128,12 +131,22 @@ def test_check_backends_writes_a_record_that_load_then_uses(model_dir, capsys):
     record = json.loads((model_dir / record_.RECORD).read_text())
     assert record["sentences"] == 3 and set(record["scores"]) == {"fp32", "int8-native"}
     assert record["delta"] == round(record["scores"]["int8-native"]["bleu"] - record["scores"]["fp32"]["bleu"], 2)
+    speed = record_.speed_here(record)
+    assert set(speed) == {"fp32", "int8-native"} and all(v > 0 for v in speed.values())
     translator = load(model_dir)
-    if record["delta"] >= -policy.TOLERANCE:
+    if record["delta"] >= -policy.TOLERANCE and speed["int8-native"] > speed["fp32"]:
         assert translator.fast_paths.decoder.name == "int8-native" and isinstance(translator.model, NativeStep)
     else:
         assert translator.fast_paths.decoder.name == "fp32"
     assert load(model_dir, backend="fp32").fast_paths.decoder.name == "fp32"
+    # on another machine: its speed is added beside this one's, the accuracy kept, no references needed
+    record["speed"] = {"Another CPU (scalar)": record["speed"][record_.machine()]}
+    (model_dir / record_.RECORD).write_text(json.dumps(record))
+    assert load(model_dir).fast_paths.decoder.name == "fp32"
+    assert main(["check-backends", str(model_dir), "--src", str(src), "--speed-only", "--count", "2"]) == 0
+    again = json.loads((model_dir / record_.RECORD).read_text())
+    assert set(again["speed"]) == {"Another CPU (scalar)", record_.machine()}
+    assert again["scores"] == record["scores"] and again["speed"][record_.machine()]["sentences"] == 2
 
 
 def test_training_kernels_from_the_config(monkeypatch):
@@ -157,3 +170,21 @@ def test_training_kernels_from_the_config(monkeypatch):
         for_training(build(TrainConfig, {"data": "d", "out": "o", "loss_kernel": "native"}), CPU)
     with pytest.raises(ConfigError, match="dropout_kernel"):
         build(TrainConfig, {"data": "d", "out": "o", "dropout_kernel": "fast"})
+
+
+def test_auto_never_picks_a_backend_measured_slower_here(model_dir, monkeypatch):
+    """Speed counts only as measured on this machine: slower or unmeasured here, auto stays on fp32."""
+    from transduce.backends import native
+
+    model = torch.nn.Linear(1, 1)
+    monkeypatch.setattr(native, "supports", lambda m: None)
+    monkeypatch.setattr(native, "extension", lambda: object())
+    _record(model_dir, 0.0, speed={"fp32": 300.0, "int8-native": 250.0})  # a CPU where the C++ step loses
+    choice = decoder_backend(model, model_dir, CPU)
+    assert choice.name == "fp32" and "0.83x fp32's speed on this machine, not faster" in choice.why
+    record = json.loads((model_dir / record_.RECORD).read_text())
+    record["speed"] = {"Some Other CPU (avx512vnni)": record["speed"]["Some Other CPU (avx512vnni)"]}
+    (model_dir / record_.RECORD).write_text(json.dumps(record))
+    choice = decoder_backend(model, model_dir, CPU)
+    assert choice.name == "fp32" and f"not measured on this machine ({record_.machine()})" in choice.why
+    assert "--speed-only" in choice.why

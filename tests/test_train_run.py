@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,6 +80,7 @@ def write_config(path: Path, data: Path, out: Path, **train) -> Path:
         log_every=1,
         tensorboard=False,
         bleu_sentences=0,
+        check_backends=0,
     )
     values.update(train)
     lines = ["[train]"] + [f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"' for k, v in values.items()]
@@ -285,3 +287,31 @@ def test_resume_refuses_a_changed_model_config(data_dir, tmp_path, capsys):
     assert cli_main(["train", str(config), "--resume", "--set", "model.d_ff=128"]) == 2
     err = capsys.readouterr().err
     assert "d_ff = 128 (checkpoint: 256)" in err and "step_00000002" in err
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for int8-native")
+def test_a_trained_or_averaged_model_decodes_on_the_fast_path_by_default(data_dir, tmp_path, capsys):
+    """train and average measure the backends on this machine and record them (backends.json), so that
+    transduce.load picks int8-native with no other command where it is accurate and measured faster."""
+    import json
+
+    from transduce.api import load
+    from transduce.backends.record import RECORD, speed_here
+
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=8, check_backends=24)
+    train_in_process(config)
+    model = tmp_path / "run" / "model"
+    record = json.loads((model / RECORD).read_text())
+    speed = speed_here(record)
+    assert record["sentences"] == 24 and record["command"] == "transduce train (train.check_backends = 24)"
+    assert speed["int8-native"] > speed["fp32"], speed  # the C++ int8 step is the faster one on this CPU
+    chosen = load(model).fast_paths.decoder
+    want = "int8-native" if record["delta"] >= -0.3 else "fp32"
+    assert chosen.name == want, chosen
+    shown = capsys.readouterr()
+    assert "decoding backends: bleu fp32" in shown.out + shown.err
+    assert cli_main(["average", str(tmp_path / "run"), "--last", "2", "--out", str(tmp_path / "avg"),
+                     "--check-backends", "12"]) == 0  # fmt: skip
+    assert "decoding backends: bleu fp32" in capsys.readouterr().out
+    averaged = json.loads((tmp_path / "avg" / RECORD).read_text())
+    assert averaged["sentences"] == 12 and speed_here(averaged) is not None

@@ -1,14 +1,18 @@
-"""``transduce check-backends MODEL``: score the approximate decoding backend against fp32 on held-out data
-and record the result in the model directory (``MODEL/backends.json``).
+"""``transduce check-backends MODEL``: measure the approximate decoding backend against fp32 on held-out
+data, accuracy and speed on this machine, and record the result in the model directory
+(``MODEL/backends.json``).
 
     transduce check-backends runs/multi30k-en-de/model --data runs/multi30k-en-de/data          # its valid split
     transduce check-backends MODEL --src valid.en --ref valid.de                                  # any files
+    transduce check-backends MODEL --src some.en --speed-only       # another machine: time it, keep the accuracy
 
 The record says, for the weights it was measured on (their SHA-256), the BLEU of ``fp32`` and of
-``int8-native`` with the same beam and length penalty on the same sentences, and the command that made it.
-``transduce.load(MODEL)`` (so ``translate``, ``evaluate``, ``serve``) decodes with ``int8-native`` by default
-only where the record shows it within 0.3 BLEU of fp32 (:mod:`transduce.backends.policy`; the record itself:
-:mod:`transduce.backends.record`). ``transduce recipe`` runs this check on the model it keeps.
+``int8-native`` with the same beam and length penalty on the same sentences, their words per second at one
+thread on each machine that measured them, and the command that made it. ``transduce.load(MODEL)`` (so
+``translate``, ``evaluate``, ``serve``) decodes with ``int8-native`` by default only where the record shows it
+within 0.3 BLEU of fp32 and faster than fp32 on this machine (:mod:`transduce.backends.policy`; the
+measurement: :mod:`transduce.backends.measure`). ``transduce train``, ``average`` and ``recipe`` measure the
+model they write.
 """
 
 from __future__ import annotations
@@ -16,12 +20,11 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from .backends.policy import TOLERANCE
-from .backends.record import CANDIDATE, RECORD, weights_digest, write_record
+from .backends.measure import measure, measure_speed, summary
+from .backends.record import RECORD
 
 
 def check(
@@ -36,62 +39,8 @@ def check(
     command: str = "",
     metric: str = "bleu",
 ) -> dict[str, Any]:
-    """Decode ``sources`` with ``fp32`` and ``int8-native`` (1 thread: the batch-invariant setting), score
-    both against ``refs``, and write the record into ``model_dir``; returns it. ``data`` names the sentences
-    in the record; ``metric`` is "bleu" (sacreBLEU) or "tok_lc_bleu" (for lowercased data)."""
-    import torch
-
-    from .api import load
-    from .evaluate import score_translations
-
-    if len(sources) != len(refs):
-        raise ValueError(f"{len(sources)} source lines but {len(refs)} references")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        scores: dict[str, dict[str, Any]] = {}
-        for backend in ("fp32", CANDIDATE):
-            translator = load(model_dir, backend=backend)
-            if translator.fast_paths.decoder.name != backend:
-                raise RuntimeError(f"{backend} cannot run here: {translator.fast_paths.decoder.why}")
-            start = time.perf_counter()
-            hyps = translator.translate(sources, beam=beam, alpha=alpha, batch_tokens=batch_tokens)
-            seconds = time.perf_counter() - start
-            result = score_translations(hyps, refs, lang)
-            scores[backend] = {
-                "bleu": result["bleu"],
-                "tok_lc_bleu": result["tok_lc_bleu"],
-                "decode_s": round(seconds, 1),
-            }
-    finally:
-        torch.set_num_threads(threads)
-    record = {
-        "candidate": CANDIDATE,
-        "metric": metric,
-        "delta": round(scores[CANDIDATE][metric] - scores["fp32"][metric], 2),
-        "scores": scores,
-        "data": data,
-        "sentences": len(sources),
-        "beam": beam,
-        "alpha": alpha,
-        "threads": 1,
-        "bleu_signature": result["bleu_signature"],
-        "weights_sha256": weights_digest(model_dir),
-        "command": command,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    write_record(model_dir, record)
-    return record
-
-
-def summary(record: dict[str, Any]) -> str:
-    """One line: both scores, the difference, and whether ``auto`` will use the candidate."""
-    m, s = record["metric"], record["scores"]
-    verdict = "auto uses it" if record["delta"] >= -TOLERANCE else f"more than {TOLERANCE} below: auto stays on fp32"
-    return (
-        f"{m} fp32 {s['fp32'][m]:.2f}, {record['candidate']} {s[record['candidate']][m]:.2f} "
-        f"({record['delta']:+.2f}; {verdict}) on {record['sentences']} sentences of {record['data']}"
-    )
+    """:func:`transduce.backends.measure.measure`: accuracy and speed into ``model_dir``'s record."""
+    return measure(model_dir, sources, refs, lang, data, beam, alpha, batch_tokens, command, metric)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -103,6 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lang", help="target language (default: the model's tgt_lang)")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--alpha", type=float, default=0.6)
+    p.add_argument("--count", type=int, help="measure on the first N sentences only")
+    p.add_argument(
+        "--speed-only",
+        action="store_true",
+        help="time the backends on this machine and keep the recorded accuracy (needs no --ref)",
+    )
     p.add_argument(
         "--metric",
         choices=("bleu", "tok_lc_bleu"),
@@ -128,12 +83,23 @@ def run(args) -> int:
     else:
         from .text.streaming import read_lines
 
-        if args.ref is None:
-            raise ValueError("--src needs --ref")
-        sources, refs, name = read_lines(args.src), read_lines(args.ref), str(args.src)
+        if args.ref is None and not args.speed_only:
+            raise ValueError("--src needs --ref (or --speed-only)")
+        sources, name = read_lines(args.src), str(args.src)
+        refs = read_lines(args.ref) if args.ref is not None else []
         lang = args.lang or meta.get("tgt_lang")
-        if not lang:
+        if not lang and not args.speed_only:
             raise ValueError("the target language is unknown: give --lang")
+    if args.count is not None:
+        if args.count < 1:
+            raise ValueError(f"--count must be at least 1, got {args.count}")
+        sources, refs = sources[: args.count], refs[: args.count]
+        name += f" (first {len(sources)})"
+    if args.speed_only:
+        record = measure_speed(args.model, sources, args.beam, args.alpha)
+        print(summary(record))
+        print(f"wrote {Path(args.model) / RECORD}")
+        return 0
     command = shlex.join(["transduce", *sys.argv[1:]]) if sys.argv[1:2] == ["check-backends"] else ""
     record = check(args.model, sources, refs, lang, name, args.beam, args.alpha, command=command, metric=args.metric)
     print(summary(record))

@@ -184,8 +184,15 @@ def load_recipe(path: str | Path, overrides: list[str] = ()) -> Recipe:
 
 
 def write_train_config(recipe: Recipe) -> Path:
-    """RECIPE_OUT/train.toml: the [train] and [model] tables with the recipe's paths and seed."""
-    train = {"seed": recipe.recipe.seed, **recipe.train, "data": str(recipe.data_dir), "out": str(recipe.out / "run")}
+    """RECIPE_OUT/train.toml: the [train] and [model] tables with the recipe's paths and seed. The recipe
+    measures the backends of the model it keeps (check-backends), not of the run's own final model."""
+    train = {
+        "seed": recipe.recipe.seed,
+        "check_backends": 0,
+        **recipe.train,
+        "data": str(recipe.data_dir),
+        "out": str(recipe.out / "run"),
+    }
     path = recipe.out / "train.toml"
     path.write_text(to_toml_text({"train": train, "model": recipe.model}))
     return path

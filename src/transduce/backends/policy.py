@@ -6,7 +6,8 @@ the :class:`~transduce.fastpaths.FastPaths` log line.
 
 ``auto`` picks :data:`FASTEST` (``int8-native``) on a CPU when the model directory's ``backends.json``
 (:mod:`~transduce.backends.record`) records that it scored within :data:`TOLERANCE` BLEU of ``fp32`` on the
-model's own validation set, the C++ step covers the model and builds here; ``fp32`` otherwise, saying why.
+model's own validation set and that it decoded faster than ``fp32`` on this machine, the C++ step covers the
+model and builds here; ``fp32`` otherwise, saying why (a speed measured on another CPU does not count).
 Jobs that read one PyTorch model's attention or steps (word alignments, HTML tag placement, constrained
 search on the command line) run ``fp32`` under ``auto`` (:func:`for_python_model`).
 """
@@ -21,7 +22,7 @@ from ..fastpaths import Choice
 from . import AUTO, dtype_of, is_native
 from . import native as native_
 from .precision import for_decoding
-from .record import read_record
+from .record import machine, read_record, speed_here
 
 TOLERANCE = 0.3  # BLEU: how far below fp32 an approximate backend may score and still be chosen by default
 FASTEST = "int8-native"  # the fastest CPU backend (docs/performance.md), the one auto may pick
@@ -48,10 +49,20 @@ def decoder_backend(model, model_dir: str | Path, device, backend: str = AUTO, e
         return Choice("fp32", f"auto: the C++ step does not cover this model ({unsupported})")
     if native_.extension() is None:
         return Choice("fp32", "auto: the C++ step could not be built (see the warning above)")
+    speed = speed_here(record)
+    if speed is None or FASTEST not in speed or "fp32" not in speed:
+        return Choice(
+            "fp32",
+            f"auto: {FASTEST}'s speed is not measured on this machine ({machine()}); "
+            f"`transduce check-backends {model_dir} --src FILE --speed-only` measures it",
+        )
+    ratio = speed[FASTEST] / max(speed["fp32"], 1e-9)
+    if ratio <= 1.0:
+        return Choice("fp32", f"auto: {FASTEST} measured {ratio:.2f}x fp32's speed on this machine, not faster")
     return Choice(
         FASTEST,
-        f"auto: {delta:+.2f} BLEU against fp32 on {record['sentences']} sentences of "
-        f"{record['data']} (backends.json; --backend fp32 for exact fp32)",
+        f"auto: {delta:+.2f} BLEU against fp32 on {record['sentences']} sentences of {record['data']}, "
+        f"{ratio:.1f}x fp32's speed on this machine (backends.json; --backend fp32 for exact fp32)",
     )
 
 

@@ -26,6 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--last", type=int, default=5, metavar="N", help="how many of the newest checkpoints (default 5)"
     )
     parser.add_argument("--out", type=Path, required=True, help="model directory to write")
+    parser.add_argument(
+        "--check-backends",
+        type=int,
+        default=500,
+        metavar="N",
+        help="measure int8-native against fp32 (accuracy, and speed here) on N sentences of the run's valid "
+        "split and record it in the model directory, so that decoding picks the fast path (0: off; default 500)",
+    )
 
 
 def average_tensors(paths: list[Path], filename: str = MODEL) -> dict[str, torch.Tensor]:
@@ -82,5 +90,19 @@ def average(run_dir: Path, last: int, out: Path) -> Path:
 def run(args: argparse.Namespace) -> int:
     out = average(args.run_dir, args.last, args.out)
     print(f"averaged the last {args.last} checkpoints of {args.run_dir} into {out}")
-    print(f"decoding it uses exact fp32 until `transduce check-backends {out} --data DATA` records int8's accuracy")
+    later = f"exact fp32 until `transduce check-backends {out} --data DATA` records it"
+    if args.check_backends < 0:
+        raise ValueError(f"--check-backends must be non-negative, got {args.check_backends}")
+    if args.check_backends == 0:
+        print(f"decoding backends not measured (--check-backends 0): {later}")
+        return 0
+    from ..backends.measure import measure_valid, summary
+
+    try:
+        data = read_toml(args.run_dir / "config.toml")["train"]["data"]
+        record = measure_valid(out, data, args.check_backends, command=f"transduce average {args.run_dir}")
+    except (OSError, KeyError, RuntimeError, ValueError) as e:  # no data to measure on, or no C++ step here
+        print(f"decoding backends not measured ({type(e).__name__}: {e}): {later}")
+        return 0
+    print(f"decoding backends: {summary(record)}")
     return 0

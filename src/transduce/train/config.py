@@ -83,6 +83,9 @@ class TrainConfig:
     bleu_sentences: int = 200  # dev-subset size for BLEU; 0 = loss/perplexity only
     bleu_beam: int = 1
     patience: int | None = None  # stop after this many validations without improvement
+    # at the end on CPU, decode this many validation sentences with fp32 and int8-native and record accuracy
+    # and speed in the model directory (backends.json), so that decoding picks the fast path; 0 = off
+    check_backends: int = 500
     # robustness and logging
     max_nonfinite: int = 10  # stop after this many non-finite losses in a row
     seed: int = 1
@@ -140,6 +143,7 @@ class TrainConfig:
             f"parts are 'embeddings', 'encoder' and 'decoder', got {self.freeze}",
         )
         check(self.bleu_sentences >= 0, "bleu_sentences", f"must be non-negative, got {self.bleu_sentences}")
+        check(self.check_backends >= 0, "check_backends", f"must be non-negative, got {self.check_backends}")
         for key in ("threads", "max_epochs", "save_every_steps", "patience"):
             value = getattr(self, key)
             check(value is None or value >= 1, key, f"must be at least 1 (or absent), got {value}")

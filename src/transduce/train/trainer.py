@@ -416,11 +416,34 @@ class Trainer:
         reason = self.stop_reason or f"max_steps={self.cfg.max_steps} reached"
         log.record("end", self.step, {"reason": reason, "model": str(out), "weights": source})
         log.message(f"stopped at step {self.step}: {reason}; model directory {out} ({source})")
-        log.message(
-            f"decoding it uses exact fp32 until `transduce check-backends {out} --data {self.cfg.data}` records "
-            "how the faster int8 path scores on its validation set (transduce recipe does this for you)"
-        )
+        self._check_backends(out, log)
         return out
+
+    def _check_backends(self, out: Path, log: RunLog) -> None:
+        """Measure the model's decoding backends on this machine (train.check_backends validation sentences)
+        and record them in ``out``, so that ``transduce.load(out)`` picks the fast path where it is accurate
+        and faster here (backends/measure.py)."""
+        later = f"`transduce check-backends {out} --data {self.cfg.data}` records it"
+        n = self.cfg.check_backends
+        why = None
+        if n == 0:
+            why = "train.check_backends = 0"
+        elif self.device.type != "cpu":
+            why = f"training ran on {self.device.type}; the measured backends are the CPU's"
+        elif self.valid is None:
+            why = f"the data has no {self.cfg.valid_split} split"
+        if why is not None:
+            log.message(f"decoding backends not measured ({why}): exact fp32 until {later}")
+            return
+        from ..backends.measure import measure_valid, summary
+
+        try:
+            command = f"transduce train (train.check_backends = {n})"
+            record = measure_valid(out, self.cfg.data, n, command, split_name=self.cfg.valid_split)
+        except (RuntimeError, ValueError) as e:  # the C++ step cannot run here: decoding stays exact
+            log.message(f"decoding backends not measured ({e}): exact fp32 until {later}")
+            return
+        log.message(f"decoding backends: {summary(record)} (recorded in {out / 'backends.json'})")
 
     def _save_ema_model(self, meta: dict[str, Any], log: RunLog) -> None:
         """RUN_DIR/ema-model: the moving average at the last update (train.ema_decay). A stale copy from an
