@@ -113,6 +113,28 @@ def test_int8_beam_search_is_the_same_on_every_level(level, activation):
     assert runs[level] == runs["scalar"]
 
 
+def _compile_flags() -> list[str]:
+    import sysconfig
+
+    from torch.utils import cpp_extension
+
+    includes = [f"-I{p}" for p in cpp_extension.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+    return ["-std=c++20", "-fopenmp", "-ffp-contract=off", *includes, "-DTORCH_EXTENSION_NAME=transduce_check"]
+
+
+@pytest.mark.skipif(not cpp.X86 or shutil.which("c++") is None, reason="x86-64 levels, with a C++ compiler")
+def test_levels_this_cpu_lacks_still_compile():
+    """The AVX-512 and VNNI code cannot run on a CPU without them, but it must still compile: each level the
+    CPU lacks goes through the compiler's checks (types, intrinsics, templates) without code generation."""
+    lacking = [isa for isa in cpp.ISAS if isa.name not in LEVELS]
+    if not lacking:
+        pytest.skip("this CPU runs every level: each is built and run by the tests above")
+    for isa in lacking:
+        cmd = ["c++", "-fsyntax-only", *_compile_flags(), *isa.flags, str(native.SOURCE)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        assert done.returncode == 0, (isa.name, done.stderr[-3000:])
+
+
 CROSS = "aarch64-linux-gnu-g++"
 
 
@@ -121,15 +143,8 @@ def test_the_cpp_step_compiles_for_aarch64(tmp_path):
     compiler: the scalar level, the one ARM runs."""
     if shutil.which(CROSS) is None:
         pytest.skip(f"no {CROSS} (Debian's g++-aarch64-linux-gnu; .ci/run installs it)")
-    from torch.utils import cpp_extension
-
-    includes = [f"-I{p}" for p in cpp_extension.include_paths()]
-    import sysconfig
-
-    includes.append(f"-I{sysconfig.get_paths()['include']}")
     obj = tmp_path / "native_step.o"
-    cmd = [CROSS, "-std=c++17", "-O0", "-fopenmp", "-ffp-contract=off", "-fPIC", *includes]
-    cmd += ["-DTORCH_EXTENSION_NAME=transduce_native_step_scalar", "-c", str(native.SOURCE), "-o", str(obj)]
+    cmd = [CROSS, "-O0", "-fPIC", *_compile_flags(), "-c", str(native.SOURCE), "-o", str(obj)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     arch = subprocess.run(["file", str(obj)], capture_output=True, text=True).stdout if shutil.which("file") else ""

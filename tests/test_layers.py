@@ -15,8 +15,9 @@ PACKAGE = "transduce"
 # import none of each other
 LAYERS = [
     # the commands (`transduce COMMAND`), which may use each other (recipe runs evaluate and check-backends)
-    ("__main__", "cli", "demo", "recipe", "check_backends", "evaluate", "translate", "score", "info"),
+    ("__main__", "cli", "demo", "recipe", "study", "check_backends", "evaluate", "translate", "score", "info"),
     ("serve",),
+    ("langid",),  # language identification: the server's `source: auto` and `transduce detect`
     ("viz",),
     ("api", "train"),  # independent
     ("backends", "text"),  # independent: what runs a step; the text around translation
@@ -24,10 +25,16 @@ LAYERS = [
     ("interop",),
     ("modeldir", "data"),  # a model directory holds the vocabularies data/ builds
     ("model", "safefiles"),  # independent
-    ("fastpaths", "cpp", "allocator"),  # independent
+    ("fastpaths", "allocator", "metrics"),  # independent
+    ("cpp",),  # building the C++ kernels for a SIMD level (fastpaths names the level chosen)
     ("config",),
 ]
-INDEPENDENT = {("api", "train"), ("backends", "text"), ("model", "safefiles"), ("fastpaths", "cpp", "allocator")}
+INDEPENDENT = {
+    ("api", "train"),
+    ("backends", "text"),
+    ("model", "safefiles"),
+    ("fastpaths", "allocator", "metrics"),
+}
 
 
 @pytest.fixture(scope="module")
