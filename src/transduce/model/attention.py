@@ -199,11 +199,11 @@ class MultiHeadAttention(nn.Module):
         qk = n_heads * self.d_k
         if self_attention:
             self.qkv_proj = nn.Linear(d_model, 2 * qk + d_model)
-            self.qkv_proj.parts = (qk, qk, d_model)  # Q, K, V rows (each initialised alone)
+            self.fused_rows = {"qkv_proj": (qk, qk, d_model)}  # Q, K, V rows (each initialised alone)
         else:
             self.q_proj = nn.Linear(d_model, qk)
             self.kv_proj = nn.Linear(d_model, qk + d_model)
-            self.kv_proj.parts = (qk, d_model)  # K, V rows
+            self.fused_rows = {"kv_proj": (qk, d_model)}  # K, V rows
         self.out_proj = nn.Linear(d_model, d_model)
         self.additive = AdditiveScore(n_heads, self.d_k) if kind == "additive" else None
         self.scale = 1.0 if kind == "dot" else 1.0 / math.sqrt(self.d_k)
@@ -217,12 +217,12 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Encoder output (B, S, d_model) -> keys (B, h, S, d_k) and values (B, h, S, d_v)."""
-        k, v = self.kv_proj(memory).split(self.kv_proj.parts, dim=-1)  # (B, S, h·d_k), (B, S, d_model)
+        k, v = self.kv_proj(memory).split(self.fused_rows["kv_proj"], dim=-1)  # (B, S, h·d_k), (B, S, d_model)
         return self.split_heads(k), self.split_heads(v)
 
     def project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Self-attention input (B, T, d_model) -> q, k (B, h, T, d_k) and v (B, h, T, d_v)."""
-        q, k, v = self.qkv_proj(x).split(self.qkv_proj.parts, dim=-1)  # (B, T, h·d_k) twice, (B, T, d_model)
+        q, k, v = self.qkv_proj(x).split(self.fused_rows["qkv_proj"], dim=-1)  # (B, T, h·d_k) twice, (B, T, d_model)
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)
 
     def attend(

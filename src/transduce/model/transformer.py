@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from .attention import MultiHeadAttention
 from .cache import DecoderCache, LayerCache
 from .config import ModelConfig
 from .embeddings import Embeddings, LearnedPositions, SinusoidalPositions
@@ -107,10 +108,13 @@ class Transformer(nn.Module):
         return table, table
 
     def _init_weights(self) -> None:
-        for name, module in self.named_modules():
+        fused = {}  # a fused Q/K/V projection -> its parts' row counts, each part initialised alone
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                fused.update({getattr(module, name): rows for name, rows in module.fused_rows.items()})
+        for module in self.modules():
             if isinstance(module, nn.Linear):
-                parts = getattr(module, "parts", (module.weight.size(0),))  # fused Q/K/V: rows per part
-                for chunk in module.weight.data.split(parts, dim=0):
+                for chunk in module.weight.data.split(fused.get(module, (module.weight.size(0),)), dim=0):
                     nn.init.xavier_uniform_(chunk)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)

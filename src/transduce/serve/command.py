@@ -225,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
         specs = read_models(args.models)
 
         def load_spec(spec: ModelSpec):
-            from ..fastpaths import requested_backend
+            from ..backends import requested_backend
 
             # a model's own dtype (its line in --models) names its backend; else the server's options
             chosen = backend if spec.dtype is None else requested_backend("auto", spec.dtype, args.native)
