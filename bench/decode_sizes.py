@@ -9,8 +9,8 @@ the length limit), written once under runs/bench/sizes/:
   bias, three-way tying) with a 32,000-piece vocabulary (a prepared Bible directory).
 
 Each gets its ``backends.json`` from ``transduce check-backends`` (accuracy and speed on this machine), then
-``bench_decode.py compare`` runs ``transduce-load`` (what ``transduce.load(model)`` decodes with), exact
-``transduce-fp32``, CTranslate2 float32 and CTranslate2 int8 (the rival, last) side by side, alternating
+``bench_decode.py compare`` runs ``transduce-load`` (what ``transduce.load(model)`` decodes with),
+CTranslate2 float32 and CTranslate2 int8 (the rival, last) side by side, alternating
 rounds, each in its own process, at 1 and 2 threads, batch 64 and batch 1.
 
     python bench/decode_sizes.py --base-data runs/bench/m30k-en-de-8k --opus-data runs/bench/bible-en-de-32k
@@ -33,7 +33,7 @@ SHAPES = {
     "paper-base": dict(),
     "opus-mt": dict(activation="swish", output_bias=True),
 }
-ENGINES = ("transduce-load", "transduce-fp32", "ct2-float32", "ct2-int8")
+ENGINES = ("transduce-load", "ct2-float32", "ct2-int8")
 
 
 def random_model(data: Path, shape: str, out: Path) -> Path:
@@ -68,7 +68,7 @@ def main() -> None:
     p.add_argument("--opus-data", type=Path, required=True, help="prepared data dir, 32,000 pieces (Bible)")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "bench" / "sizes")
     p.add_argument("--count", type=int, default=64, help="sentences at batch 64")
-    p.add_argument("--count-batch1", type=int, default=16, help="sentences at batch 1")
+    p.add_argument("--count-batch1", type=int, default=8, help="sentences at batch 1")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--check-sentences", type=int, default=64, help="sentences check-backends decodes")

@@ -16,6 +16,5 @@ keys.py      — API keys file, constant-time comparison, per-key request limits
 metrics.py   — Prometheus /metrics
 alignment.py — word-level encoder–decoder attention for the page
 batcher.py   — dynamic batching of concurrent requests on one worker thread per model
-bench.py     — load test: throughput and latency percentiles
 static/      — the page at / (HTML + JS, no build step)
 """
