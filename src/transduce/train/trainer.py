@@ -432,8 +432,8 @@ class Trainer:
             why = f"training ran on {self.device.type}; the measured backends are the CPU's"
         elif self.valid is None:
             why = f"the data has no {self.cfg.valid_split} split"
-        if why is not None:
-            log.message(f"decoding backends not measured ({why}): exact fp32 until {later}")
+        if why is not None:  # train.check_backends = 0: the caller measures (the recipe) or chose not to
+            log.message(f"decoding backends not measured ({why})" + ("" if n == 0 else f": exact fp32 until {later}"))
             return
         from ..backends.measure import measure_valid, summary
 
