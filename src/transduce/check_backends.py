@@ -21,26 +21,9 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
 
 from .backends.measure import measure, measure_speed, summary
 from .backends.record import RECORD
-
-
-def check(
-    model_dir: str | Path,
-    sources: list[str],
-    refs: list[str],
-    lang: str,
-    data: str,
-    beam: int = 4,
-    alpha: float = 0.6,
-    batch_tokens: int = 4096,
-    command: str = "",
-    metric: str = "bleu",
-) -> dict[str, Any]:
-    """:func:`transduce.backends.measure.measure`: accuracy and speed into ``model_dir``'s record."""
-    return measure(model_dir, sources, refs, lang, data, beam, alpha, batch_tokens, command, metric)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -101,7 +84,7 @@ def run(args) -> int:
         print(f"wrote {Path(args.model) / RECORD}")
         return 0
     command = shlex.join(["transduce", *sys.argv[1:]]) if sys.argv[1:2] == ["check-backends"] else ""
-    record = check(args.model, sources, refs, lang, name, args.beam, args.alpha, command=command, metric=args.metric)
+    record = measure(args.model, sources, refs, lang, name, args.beam, args.alpha, command=command, metric=args.metric)
     print(summary(record))
     print(f"wrote {Path(args.model) / RECORD}")
     return 0

@@ -343,7 +343,7 @@ def _check_backends(recipe: Recipe, model_dir: Path, device: str, decode: dict, 
     """Score int8-native against fp32 on the validation split and record it in the kept model's directory
     (backends.json, :mod:`transduce.check_backends`), so that loading it picks int8 by default where it is
     within 0.3 BLEU. Returns the result in one line, or why it was not checked."""
-    from .check_backends import check, summary
+    from .backends.measure import measure, summary
 
     if device != "cpu":
         return f"not checked: decoded on {device}, int8 is for CPUs"
@@ -358,7 +358,7 @@ def _check_backends(recipe: Recipe, model_dir: Path, device: str, decode: dict, 
     data = PreparedData.open(data_dir)
     sources, refs = _texts(data, ev.valid_split)
     try:
-        record = check(
+        record = measure(
             model_dir,
             sources,
             refs,
