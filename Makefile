@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 JOBS ?= 2
 
-.PHONY: setup jemalloc lint test demo multi30k bench clean
+.PHONY: setup jemalloc lint test demo multi30k bench bench-simd clean
 # demo training budget in minutes; e.g. `make demo DEMO_MINUTES=3` for a quick look
 DEMO_MINUTES ?= 15
 # Multi30k target language (de or fr), seed, and LOWERCASE=true for the papers' lowercased text
@@ -66,6 +66,10 @@ multi30k: $(STAMP)
 # Side-by-side benchmarks (docs/performance.md): about an hour on an idle machine; not part of `make test`
 bench: $(STAMP)
 	$(PY) bench/run.py --out BENCHMARKS.md
+
+# vecmath.h's exp and GELU against Google Highway and SLEEF (apt-get install libhwy-dev libsleef-dev)
+bench-simd: $(STAMP)
+	$(PY) bench/simd_libraries.py --repeats 3
 
 clean:
 	rm -rf $(VENV) .pytest_cache
