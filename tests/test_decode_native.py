@@ -119,7 +119,12 @@ def test_cli_native_flag(tiny_model_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "overrides, reason", [(dict(attention="additive"), "additive"), (dict(attention_window=3), "attention_window")]
+    "overrides, reason",
+    [
+        (dict(attention="additive"), "additive"),
+        (dict(attention_window=3), "attention_window"),
+        (dict(d_k=4), "narrower than values"),
+    ],
 )
 def test_unsupported_configs_are_named(overrides, reason):
     model = _random_model(**overrides)

@@ -104,6 +104,10 @@ def _why_not(model: nn.Module) -> list[str]:
         why.append("additive attention")
     if cfg.attention_window is not None:
         why.append("restricted self-attention (attention_window)")
+    if cfg.d_k is not None and cfg.d_k * cfg.n_heads != cfg.d_model:
+        why.append(
+            f"queries and keys narrower than values (d_k = {cfg.d_k}, d_model / h = {cfg.d_model // cfg.n_heads})"
+        )
     linears = [
         m
         for layer in model.decoder.layers
