@@ -52,7 +52,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests bench
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) -q
+	$(PY) -m pytest -n $(JOBS) -q --durations=25
 
 demo: $(STAMP)
 	$(VENV)/bin/transduce demo --minutes $(DEMO_MINUTES)

@@ -31,10 +31,11 @@ from . import report
 from .table3 import Row, rows, select
 
 # --scale: sizes for two CPU cores (a full table with two seeds in about four hours, docs/paper-in-miniature.md)
-# and for one GPU (closer to the paper's base model). Any of them can be overridden by its option.
+# and for one GPU (closer to the paper's base model). Any of them can be overridden by its option. The CPU
+# peak lr is the better of those tried on the base row (docs/paper-in-miniature.md, "Calibration").
 SCALES: dict[str, dict[str, Any]] = {
-    "cpu": dict(d_model=128, steps=300, max_tokens=2048, device="cpu", threads=1),
-    "gpu": dict(d_model=512, steps=4000, max_tokens=8192, device="cuda", threads=1, parallel=1),
+    "cpu": dict(d_model=64, steps=1200, max_tokens=1024, peak_lr=0.001, device="cpu", threads=1),
+    "gpu": dict(d_model=512, steps=4000, max_tokens=8192, peak_lr=0.001, device="cuda", threads=1, parallel=1),
 }
 
 
@@ -92,14 +93,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--scale",
         choices=["auto", "cpu", "gpu"],
         default="auto",
-        help="row sizes and budget: cpu (base d_model 128, 300 updates), gpu (d_model 512, 4,000 updates); "
+        help="row sizes and budget: cpu (base d_model 64, 1,200 updates of 1,024 tokens), gpu (d_model 512, "
+        "4,000 updates of 8,192 tokens); "
         "auto: gpu when CUDA is available",
     )
     p.add_argument("--d-model", type=int, help="the base row's d_model (the paper: 512); others scale with it")
     p.add_argument("--steps", type=int, help="updates per row, the same for every row")
     p.add_argument("--max-tokens", type=int, help="target tokens per update, padding included")
     p.add_argument("--warmup", type=int, help="warm-up updates (default: a tenth of --steps)")
-    p.add_argument("--peak-lr", type=float, default=0.003, help="the base row's peak learning rate")
+    p.add_argument("--peak-lr", type=float, help="the base row's peak learning rate (both scales: 0.001)")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2], help="seeds per row (default 1 2)")
     p.add_argument("--rows", nargs="+", help="only these rows (names as in the table, e.g. base A-h-1 C-N-8)")
     p.add_argument("--parallel", type=int, help="rows trained at once (default: one per core on CPU, 1 on GPU)")
@@ -158,7 +160,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Settings, int]:
         steps=steps,
         max_tokens=pick("max_tokens"),
         warmup=warmup,
-        peak_lr=args.peak_lr,
+        peak_lr=pick("peak_lr"),
         seeds=sorted(set(args.seeds)),
         device=base["device"],
         threads=pick("threads"),
@@ -214,6 +216,7 @@ def train_table(settings: Settings, row: Row, seed: int, run_dir: Path) -> dict[
         "keep_last": 2,
         "validate_every": steps,  # once, at the end: the scores come from row.py
         "bleu_sentences": 0,
+        "check_backends": 0,  # the study scores with exact fp32 (row.py): no decoding backends to measure
         "log_every": max(1, min(50, steps // 10)),
         "tensorboard": False,
         "seed": seed,
