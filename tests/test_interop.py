@@ -417,3 +417,30 @@ def test_import_of_opus_mt_with_two_sentencepiece_models(corpus, tmp_path):
     for b, t in enumerate(targets):
         n = len(t) + 1
         assert (mine[b, :n][:, keep] - theirs[b, :n][:, cols]).abs().max() < 1e-4
+
+
+def test_import_measures_the_backends_on_held_out_text(fitted, corpus, tmp_path, capsys):
+    """`transduce import --check-backends SRC REF` writes the record `transduce.load`'s auto choice reads;
+    without it the command says how to measure, and no record is written."""
+    from transduce.backends.record import read_record
+
+    _, _, model_dir = fitted
+    assert main(["export", "--to", "hf", "--model", str(model_dir), "--out", str(tmp_path / "hf")]) == 0
+    assert main(["import", str(tmp_path / "hf"), "--out", str(tmp_path / "plain")]) == 0
+    assert "decoding backends: not measured" in capsys.readouterr().out
+    assert read_record(tmp_path / "plain")[0] is None
+
+    src, ref = tmp_path / "valid.en", tmp_path / "valid.fr"
+    src.write_text("\n".join(read_corpus("valid", "en", 12)) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(read_corpus("valid", "fr", 12)) + "\n", encoding="utf-8")
+    argv = ["import", str(tmp_path / "hf"), "--out", str(tmp_path / "m"), "--check-backends", str(src), str(ref)]
+    assert main(argv + ["--check-count", "8"]) == 0
+    record, why = read_record(tmp_path / "m")
+    assert record is not None, why
+    assert record["sentences"] == 8 and record["data"] == f"{src} (first 8)"
+    assert set(next(iter(record["speed"].values()))["words_per_s"]) == {"fp32", "int8-native"}
+    assert "int8-native" in capsys.readouterr().out
+
+    ref.write_text("one line\n", encoding="utf-8")  # a bad pair of files is refused before anything is written
+    assert main(argv[:3] + [str(tmp_path / "bad")] + argv[4:]) == 2
+    assert "has 12 lines but" in capsys.readouterr().err and not (tmp_path / "bad").exists()

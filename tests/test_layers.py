@@ -15,7 +15,19 @@ PACKAGE = "transduce"
 # import none of each other
 LAYERS = [
     # the commands (`transduce COMMAND`), which may use each other (recipe runs evaluate and check-backends)
-    ("__main__", "cli", "demo", "recipe", "study", "check_backends", "evaluate", "translate", "score", "info"),
+    (
+        "__main__",
+        "cli",
+        "demo",
+        "recipe",
+        "study",
+        "check_backends",
+        "import_model",
+        "evaluate",
+        "translate",
+        "score",
+        "info",
+    ),
     ("serve",),
     ("langid",),  # language identification: the server's `source: auto` and `transduce detect`
     ("viz",),

@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "detect": ("transduce.langid", "identify the language of each line of text (offline, py3langid)"),
     "export": ("transduce.interop.export", "export a model directory to CTranslate2 or HuggingFace MarianMT"),
     "import": (
-        "transduce.interop.import_marian",
+        "transduce.import_model",
         "import an OPUS-MT or MarianMT model: a directory, a release .zip, or a hub name",
     ),
     "check-backends": ("transduce.check_backends", "score int8 decoding against fp32 and record it in the model dir"),
