@@ -278,6 +278,9 @@ def test_bad_inputs_are_named(fitted, tmp_path, capsys):
     prenorm = Transformer(ModelConfig(**{**model.config.to_dict(), "norm": "pre"}))
     with pytest.raises(ConfigError, match="'norm'"):
         export_marian(prenorm, vocabs, tmp_path / "hf3")
+    narrow = {**model.config.to_dict(), "norm": "pre", "d_k": model.config.d_model // model.config.n_heads // 2}
+    with pytest.raises(ConfigError, match="'d_k'.*; key 'norm'"):  # every key MarianMT lacks, in one error
+        export_marian(Transformer(ModelConfig(**narrow)), vocabs, tmp_path / "hf4")
     assert not any(p.suffix in (".bin", ".pt", ".pth", ".pkl") for p in (tmp_path / "hf").iterdir())
     assert os.environ["HF_HUB_OFFLINE"] == "1"
 

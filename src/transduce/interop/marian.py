@@ -64,8 +64,12 @@ def interleave_to_halves(d_model: int) -> torch.Tensor:
 
 
 def check_exportable(cfg: ModelConfig) -> None:
-    """Raise naming the config key that MarianMT cannot represent."""
+    """Raise naming every config key that MarianMT cannot represent, all of them at once."""
     unsupported = {
+        "d_k": (
+            cfg.d_k is None or cfg.d_k * cfg.n_heads == cfg.d_model,
+            "MarianMT's queries and keys are d_model / h wide per head, as its values",
+        ),
         "norm": (cfg.norm == "post", "MarianMT is post-norm only"),
         "positions": (cfg.positions == "sinusoidal", "MarianMT has sinusoidal positions only"),
         "attention": (cfg.attention == "scaled_dot", "MarianMT has scaled dot-product attention only"),
@@ -73,9 +77,11 @@ def check_exportable(cfg: ModelConfig) -> None:
         "scale_embeddings": (cfg.scale_embeddings, "exports assume embeddings × √d_model"),
         "layer_norm_eps": (cfg.layer_norm_eps == 1e-5, "MarianMT's LayerNorm epsilon is fixed at 1e-5"),
     }
-    for key, (ok, why) in unsupported.items():
-        if not ok:
-            raise ConfigError(f"key {key!r}: cannot export {getattr(cfg, key)!r}: {why}")
+    problems = [
+        f"key {key!r}: cannot export {getattr(cfg, key)!r}: {why}" for key, (ok, why) in unsupported.items() if not ok
+    ]
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 # ----------------------------------------------------------------------------- weight names
