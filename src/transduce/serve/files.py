@@ -30,8 +30,8 @@ from fastapi.responses import FileResponse, JSONResponse
 
 from ..text import files
 from .fields import api_key, client_host, error, ignore_unknown
-from .languages import plan
-from .libre import check_size, detect_sources, run_html, run_text
+from .languages import detect_sources, plan
+from .libre import check_size, run_html, run_text
 from .service import Rejected, Service
 
 FORMATS = files.SUFFIXES
