@@ -2,6 +2,7 @@
 
     transduce translate --model DIR [FILE ...] [--beam 4 --alpha 0.6 ...] > out.txt
     transduce translate --model DIR                  # a prompt when stdin is a terminal
+    transduce translate --model DIR --input report.docx --output report.de.docx
 
 With ``--nbest N`` (N > 1) each input line gives N lines in the Moses n-best format
 ``LINE ||| translation ||| score`` (LINE counts from 0; an empty input line has one empty
@@ -15,7 +16,9 @@ Either way the input is read, translated and written ``--chunk`` sentences at a 
 (:mod:`~transduce.text.streaming`), with a progress bar when stderr is a terminal. ``--format html``
 keeps inline markup (:mod:`~transduce.text.markup`), ``--alignments`` appends Pharaoh word alignments
 (:mod:`~transduce.decode.align`), ``--glossary`` / ``--constraints`` require target terms
-(:mod:`~transduce.text.terminology`). The user guide is docs/documents.md.
+(:mod:`~transduce.text.terminology`). ``--input FILE --output OUT`` translates one .txt, .html, .srt,
+.docx, .pptx, .odt or .odp file with its structure kept (:mod:`~transduce.text.files`), written whole
+or not at all. The user guide is docs/documents.md.
 """
 
 from __future__ import annotations

@@ -36,11 +36,11 @@ class UnsupportedFile(ValueError):
 
 @dataclass
 class Units:
-    """A file's translatable units: plain texts (each split into sentences) or, with ``html``, HTML
-    snippets (markup kept); ``kind`` names a unit in messages ("text", "document", "cue", "paragraph")."""
+    """A file's translatable units: plain texts (each split into sentences) or HTML snippets (``markup``:
+    tags placed by alignment); ``kind`` names a unit in messages ("text", "document", "cue", "paragraph")."""
 
     name: str
-    html: bool
+    markup: bool
     texts: list[str]
     kind: str
     _write: Callable[[list[str]], bytes]
@@ -48,7 +48,7 @@ class Units:
     @property
     def plain(self) -> str:
         """The units' text without markup, one per line: for size limits and language identification."""
-        if not self.html:
+        if not self.markup:
             return "\n".join(self.texts)
         return "\n".join(html.unescape(_TAG.sub("", t)) for t in self.texts)
 
@@ -145,7 +145,7 @@ def translate_file(translator, data: bytes, name: str, lang: str | None = None, 
     units = read(data, name)
     lang = lang or source_language(translator)
     counted = _Counted(translator)
-    if units.html:
+    if units.markup:
         out = translate_html_batch(counted, units.texts, lang, **options) if units.texts else []
     else:
         pieces = [split_text(t, lang) for t in units.texts]
