@@ -150,10 +150,11 @@ def test_fine_tuned_model_in_the_page(user, server, browser):  # noqa: F811
     _, tuned, second = user
     browser.get(server + "/")
     wait = WebDriverWait(browser, 120)
-    wait.until(lambda d: len(Select(d.find_element(By.ID, "pair")).options) == 3)
+    wait.until(lambda d: len(Select(d.find_element(By.ID, "pair")).options) == 6)  # 3 pairs, 3 "Detect language"
     pairs = Select(browser.find_element(By.ID, "pair"))
-    assert sorted(o.get_attribute("value") for o in pairs.options) == ["en|de", "en|fr", "en|fra"]
-    assert sorted(o.text for o in pairs.options) == [
+    values = [o.get_attribute("value") for o in pairs.options]
+    assert sorted(values) == ["auto|de", "auto|fr", "auto|fra", "en|de", "en|fr", "en|fra"]
+    assert sorted(o.text for o in pairs.options if not o.get_attribute("value").startswith("auto|")) == [
         "English \u2192 French",
         "English \u2192 French (fra)",
         "English \u2192 German",

@@ -43,6 +43,7 @@ class Slow:
     def __init__(self, inner, delay):
         self.inner, self.delay = inner, delay
         self.vocabs, self.config, self.meta = inner.vocabs, inner.config, inner.meta
+        self.encode_sources = inner.encode_sources
 
     def translate(self, *args, **kwargs):
         time.sleep(self.delay)
@@ -132,6 +133,36 @@ def test_limits_answer_with_status_and_field(translator):
         too_long = " ".join(["dog"] * (translator.config.max_positions + 5))
         r = c.post("/v1/translate", json={"text": ["fine", too_long]})
         assert r.status_code == 413 and "'text.1'" in r.json()["detail"] and "max_positions" in r.json()["detail"]
+
+
+def test_each_sentence_is_tokenised_once(tiny_model_dir, monkeypatch):
+    """The source ids the server counts (max_positions, the batch's token budget) are the ones it translates
+    from: each sentence of a request goes through the tokenizer once, in every API and format."""
+    translator = load(tiny_model_dir)
+    vocab = translator.vocabs.src
+    encoded = []
+    encode, encode_batch = vocab.encode, vocab.encode_batch
+    monkeypatch.setattr(vocab, "encode", lambda text: encoded.append(text) or encode(text))
+    monkeypatch.setattr(vocab, "encode_batch", lambda texts: encoded.extend(texts) or encode_batch(texts))
+    two = ["A dog runs in the park.", "Two men are playing soccer."]
+    requests = [
+        ("/v1/translate", {"text": two}, two),
+        ("/v1/translate", {"text": two, "beam": 2, "nbest": 2}, two),
+        ("/v1/attention", {"text": two}, two),
+        ("/translate", {"q": " ".join(two), "source": "en", "target": "fr"}, two),
+        (
+            "/translate",
+            {"q": "<p>A dog <b>runs</b> in the park.</p>", "source": "en", "target": "fr", "format": "html"},
+            ["A dog runs in the park."],
+        ),
+    ]
+    with TestClient(create_app(translator)) as c:
+        for path, body, sentences in requests:
+            encoded.clear()
+            r = c.post(path, json=body)
+            assert r.status_code == 200, r.text
+            assert encoded == sentences, (path, body)
+    assert translator.translate(two) == load(tiny_model_dir).translate(two)  # the counting changed nothing
 
 
 def test_timeout_is_504_and_the_server_keeps_working(translator, sentences):

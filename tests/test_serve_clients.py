@@ -1,7 +1,7 @@
 """Real LibreTranslate clients, and the requests integrations send, against ``transduce serve`` in its own
 process: libretranslatepy and deep-translator themselves, and for Mastodon, Discourse, Crow Translate,
-Weblate, Nextcloud and a browser extension exactly the requests their code sends (the file is named in
-each test). Every answer is checked against offline translation of the same model.
+Weblate, Nextcloud (through the PHP library its LibreTranslate app uses) and a browser extension exactly
+the requests their code sends (the file is named in each test). Every answer is checked against offline translation of the same model.
 
 Models: the trained ``tiny_model_dir`` (en->fr) and a randomly initialised de->en model of its shape, so
 German reaches French through English.
@@ -139,21 +139,54 @@ def test_crow_translate(url, models):
     assert r.json() == {"translatedText": fr(models, EN[1:])[0]}
 
 
-def test_weblate_and_nextcloud(url, models):
+def test_weblate(url, models):
     """Weblate (weblate/machinery/libretranslate.py): codes from GET /languages, then a JSON list with the
-    configured key (empty when none). Nextcloud's LibreTranslate integration, as its requests are described
-    for it (its source was not available to read here): GET /frontend/settings, GET /detect?q=, multipart
-    POST /translate."""
+    configured key (empty when none)."""
     codes = [x["code"] for x in httpx.get(url + "/languages").json()]
     assert {"en", "fr"} <= set(codes)
     r = httpx.post(url + "/translate", json={"api_key": "", "q": EN, "source": "en", "target": "fr"}, timeout=120)
     assert r.json() == {"translatedText": fr(models, EN)}
-    settings = httpx.get(url + "/frontend/settings").json()
-    assert settings["language"]["source"]["code"] == "auto" and settings["charLimit"] == -1
-    assert httpx.get(url + "/detect", params={"q": DE}).json()[0]["language"] == "de"
-    files = {"q": (None, EN[0]), "source": (None, "en"), "target": (None, "fr")}
-    r = httpx.post(url + "/translate", files=files, timeout=120)
-    assert r.json() == {"translatedText": fr(models, EN[:1])[0]}
+
+
+def php_curl(method: str, url: str, fields: dict) -> httpx.Response:
+    """A request as PHP's curl sends one with ``CURLOPT_CUSTOMREQUEST => method`` and ``CURLOPT_POSTFIELDS =>
+    fields`` (an array): a multipart/form-data body, one part per field and only the closing boundary for
+    an empty array, whatever the method."""
+    boundary = "------------------------5f2c8a1e9b3d4c70"
+    parts = [f'--{boundary}\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n' for k, v in fields.items()]
+    body = ("".join(parts) + f"--{boundary}--\r\n").encode()
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}", "Accept": "*/*"}
+    return httpx.request(method, url, content=body, headers=headers, timeout=120)
+
+
+def test_nextcloud(url, models):
+    """Nextcloud's LibreTranslate app, integration_libretranslate 1.1.1 (v1r0x/integration_libretranslate,
+    lib/LibretranslateProvider.php; the app Nextcloud All-in-One configures, nextcloud/all-in-one
+    community-containers/libretranslate/readme.md), which talks to the server through the PHP library its
+    composer.lock pins, jefs42/libretranslate v1.1.2 (src/LibreTranslate.php, commit dce7d90). Every request
+    of that file's _doRequest, in the order the provider makes them, with no key configured (the library's
+    api_key is then "", and sent):
+
+    new LibreTranslate(host, port, from_lang, to_lang): POST / (a connection test, answer ignored),
+    GET /frontend/settings, GET /languages (from_lang and to_lang must be listed codes, else it throws);
+    the provider's own Languages(): GET /languages again; detectLanguage(text): Detect(text), a POST to
+    /detect?q=...&api_key= (http_build_query) whose first answer's language is taken; translate(from, to,
+    text): Translate(text, from, to), a multipart POST /translate with q, format "html", source, target
+    and api_key, whose translatedText is taken."""
+    r = php_curl("POST", url + "/", {})
+    assert r.status_code in (200, 405)  # the library only checks that the server answered
+    settings = php_curl("GET", url + "/frontend/settings", {})
+    assert settings.status_code == 200 and settings.json()["language"]["source"]["code"] == "auto"
+    for _ in range(2):
+        codes = [x["code"] for x in php_curl("GET", url + "/languages", {}).json()]
+        assert {"en", "fr"} <= set(codes)  # from_lang en, to_lang fr configured
+    query = urllib.parse.urlencode({"q": DE, "api_key": ""})
+    detected = php_curl("POST", f"{url}/detect?{query}", {}).json()
+    assert detected[0]["language"] == "de"
+    fields = {"q": EN[0], "format": "html", "source": "en", "target": "fr", "api_key": ""}
+    r = php_curl("POST", url + "/translate", fields)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"translatedText": translate_html_batch(models[1]["en-fr"], [EN[0]], "en", beam=4)[0]}
 
 
 def test_browser_extension_cors_and_pivot(url, models):

@@ -219,3 +219,45 @@ def test_html_neither_parser_reads_is_a_400_naming_the_problem(models, monkeypat
         )
         assert r.status_code == 400
         assert r.json() == {"error": "Invalid request: q.1 is not well-formed HTML: line 1:1: <p> is never closed"}
+
+
+def test_the_pages_api_pivots_through_english_and_identifies_the_source(models, offline):
+    """POST /v1/attention (the page's API) routes as /translate does: a pivot through English where no model
+    serves the pair, ``source: "auto"`` among the sources that reach the target; the answer names the route."""
+    from transduce.serve.alignment import word_alignments
+
+    de = ["Ein Mann liest ein Buch.", "Ein Hund schläft."]
+    fr = ["Un homme lit un livre dans le jardin."]
+
+    def same(got, want):
+        assert [{k: v for k, v in a.items() if k != "weights"} for a in got] == [
+            {k: v for k, v in a.items() if k != "weights"} for a in want
+        ]
+        for a, b in zip(got, want):
+            assert a["weights"] == [pytest.approx(row, abs=1e-4) for row in b["weights"]]
+
+    with TestClient(app_for(models, [("en", "fr"), ("de", "en"), ("fr", "en")])) as c:
+        r = c.post("/v1/attention", json={"text": de, "source": "de", "target": "fr"})
+        assert r.status_code == 200, r.text
+        english = offline["de", "en"].translate(de, beam=4)
+        assert r.json()["route"] == ["de-en", "en-fr"] and "detected" not in r.json()
+        same(r.json()["alignments"], word_alignments(offline["en", "fr"], english, 4))
+        assert [a["source_words"] for a in r.json()["alignments"]] == [e.split() for e in english]
+
+        r = c.post("/v1/attention", json={"text": fr, "source": "auto", "target": "en"})
+        assert r.status_code == 200, r.text
+        assert r.json()["route"] == ["fr-en"] and r.json()["detected"]["language"] == "fr"
+        same(r.json()["alignments"], word_alignments(offline["fr", "en"], fr, 4))
+
+        r = c.post("/v1/attention", json={"text": de, "source": "auto", "target": "fr"})  # auto, then a pivot
+        assert r.json()["detected"]["language"] == "de" and r.json()["route"] == ["de-en", "en-fr"]
+        assert r.json()["detected"]["confidence"] > 50
+
+        r = c.post("/v1/attention", json={"text": [EN], "source": "en", "target": "fr"})
+        assert r.json()["route"] == ["en-fr"] and "detected" not in r.json()
+        same(r.json()["alignments"], word_alignments(offline["en", "fr"], [EN], 4))
+
+        r = c.post("/v1/attention", json={"text": [EN], "source": "auto", "target": "xx"})
+        assert r.status_code == 400 and r.json()["detail"] == "source 'auto': no model here translates into 'xx'"
+        r = c.post("/v1/attention", json={"text": [EN], "source": "fr", "target": "de"})
+        assert r.status_code == 400 and "no model translates" in r.json()["detail"]

@@ -1,7 +1,8 @@
 """The page at ``/`` in a real headless browser (Debian's chromium + chromium-driver, driven by selenium).
 
-Choose a pair, type two sentences, press Translate: the page shows the offline translation; hovering a
-translated word shades the source words by the attention weights the API returned.
+Choose a pair, type two sentences, press Translate: the page shows the offline translation and its route;
+hovering a translated word shades the source words by the attention weights the API returned; "Detect
+language" shows the language found and the model that ran.
 
 Without a browser the test is skipped with a loud reason (and a warning in the summary);
 with TRANSDUCE_REQUIRE_BROWSER=1 (set by .ci/run, which installs the browser) it fails instead.
@@ -85,15 +86,21 @@ def test_page_translates_and_shows_attention_on_hover(browser, tiny_model_dir, t
     try:
         browser.get(live.url + "/")
         wait = WebDriverWait(browser, 120)
-        wait.until(lambda d: len(Select(d.find_element(By.ID, "pair")).options) == 2)
+        wait.until(lambda d: len(Select(d.find_element(By.ID, "pair")).options) == 4)
         pairs = Select(browser.find_element(By.ID, "pair"))
-        assert sorted(o.text for o in pairs.options) == ["English \u2192 French", "French \u2192 English"]
+        assert [o.text for o in pairs.options] == [
+            "English \u2192 French",
+            "French \u2192 English",
+            "Detect language \u2192 English",
+            "Detect language \u2192 French",
+        ]
         pairs.select_by_value("en|fr")
         browser.find_element(By.ID, "source").send_keys("\n".join(SENTENCES))
         browser.find_element(By.ID, "translate").click()
         wait.until(lambda d: d.find_element(By.ID, "plain").text.strip())
         assert browser.find_element(By.ID, "status").text == ""
         assert browser.find_element(By.ID, "plain").text == "\n".join(load(tiny_model_dir).translate(SENTENCES))
+        assert browser.find_element(By.ID, "route").text == "route: en-fr"
 
         api = httpx.post(
             live.url + "/v1/attention", json={"text": SENTENCES[:1], "source": "en", "target": "fr"}, timeout=60
@@ -113,6 +120,15 @@ def test_page_translates_and_shows_attention_on_hover(browser, tiny_model_dir, t
         assert targets[j].get_attribute("title").startswith("attended to: " + api["source_words"][strongest])
         ActionChains(browser).move_to_element(browser.find_element(By.ID, "translate")).perform()
         wait.until(lambda d: sources[0].get_attribute("data-weight") is None)  # un-hovered: shading removed
+
+        pairs.select_by_value("auto|en")  # the language detected and the route taken are shown
+        source = browser.find_element(By.ID, "source")
+        source.clear()
+        source.send_keys("Un homme lit un livre.")
+        browser.find_element(By.ID, "translate").click()
+        wait.until(lambda d: d.find_element(By.ID, "route").text)
+        assert browser.find_element(By.ID, "route").text == "route: fr-en (detected: French, 100%)"
+        assert browser.find_element(By.ID, "plain").text == load(other).translate(["Un homme lit un livre."])[0]
 
         pairs.select_by_value("fr|en")  # an error from the server is shown on the page, not swallowed
         source = browser.find_element(By.ID, "source")

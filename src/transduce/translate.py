@@ -2,6 +2,7 @@
 
     transduce translate --model DIR [FILE ...] [--beam 4 --alpha 0.6 ...] > out.txt
     transduce translate --model DIR                  # a prompt when stdin is a terminal
+    transduce translate --model DIR --input report.docx --output report.de.docx
 
 With ``--nbest N`` (N > 1) each input line gives N lines in the Moses n-best format
 ``LINE ||| translation ||| score`` (LINE counts from 0; an empty input line has one empty
@@ -15,12 +16,15 @@ Either way the input is read, translated and written ``--chunk`` sentences at a 
 (:mod:`~transduce.text.streaming`), with a progress bar when stderr is a terminal. ``--format html``
 keeps inline markup (:mod:`~transduce.text.markup`), ``--alignments`` appends Pharaoh word alignments
 (:mod:`~transduce.decode.align`), ``--glossary`` / ``--constraints`` require target terms
-(:mod:`~transduce.text.terminology`). The user guide is docs/documents.md.
+(:mod:`~transduce.text.terminology`). ``--input FILE --output OUT`` translates one .txt, .html, .srt,
+.docx, .pptx, .odt or .odp file with its structure kept (:mod:`~transduce.text.files`), written whole
+or not at all. The user guide is docs/documents.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +37,7 @@ from .decode import mbr as mbr_
 from .decode import rerank as rerank_
 from .decode.align import pharaoh
 from .decode.search_options import SampleConfig, SearchOptions
+from .text import files as files_
 from .text import streaming as stream_
 from .text.document import reassemble, sentences, source_language, split_text
 from .text.markup import translate_html, translate_html_batch
@@ -122,6 +127,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "snippet, or with --document the whole input is one HTML document",
     )
     doc.add_argument(
+        "--input",
+        metavar="FILE",
+        help="one file translated with its structure kept, its format by suffix: "
+        f"{' '.join(files_.SUFFIXES)} (docs/documents.md); needs --output",
+    )
+    doc.add_argument(
         "--lang", default=None, help="source language for sentence splitting (default: the model's src_lang, else en)"
     )
 
@@ -174,12 +185,15 @@ def run(args) -> int:
 
     options = _options(args)
     backend = backend_from_args(args)
-    if args.alignments or args.format == "html" or args.glossary or args.constraints:
+    structured = args.input is not None and _check_input(args, backend)
+    if args.alignments or args.format == "html" or args.glossary or args.constraints or structured:
         backend = for_python_model(backend)
     _check_document(args, backend)
     torch.set_num_threads(args.threads)
     translator = load(args.model, args.device, ensemble=args.ensemble, channel=args.channel, backend=backend)
     print(f"transduce translate: {translator.fast_paths.line()}", file=sys.stderr)
+    if args.input is not None:
+        return _translate_structured(translator, options, args)
     if not args.files and sys.stdin.isatty():
         return _interactive(translator, options, args)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
@@ -204,11 +218,77 @@ def run(args) -> int:
     return 0
 
 
+def _check_input(args, backend: str) -> bool:
+    """``--input FILE``'s checks, before the model loads; True where its format keeps markup (HTML, office
+    files: a single PyTorch model's attention places it)."""
+    suffix = files_.suffix_of(args.input)
+    if args.output is None:
+        raise ValueError(f"--input {args.input} needs --output FILE (where the translated file is written)")
+    source, target = Path(args.input), Path(args.output)
+    if not source.is_file():
+        raise FileNotFoundError(f"--input {args.input}: no such file")
+    if source.resolve() == target.resolve() or (target.exists() and target.samefile(source)):
+        raise ValueError(f"--output {args.output} is the input file: write the translation to another file")
+    used = [
+        flag
+        for flag, on in [
+            ("input files", args.files),
+            ("--nbest", args.nbest > 1),
+            ("--scores", args.scores),
+            ("--alignments", args.alignments),
+            ("--sample", args.sample),
+            ("--mbr", args.mbr),
+            ("--rerank", args.rerank),
+            ("--glossary", args.glossary),
+            ("--constraints", args.constraints),
+            ("--document", args.document),
+            ("--format html", args.format == "html"),
+        ]
+        if on
+    ]
+    if used:
+        raise ValueError(f"--input translates one file whole: it goes with neither {', '.join(used)}")
+    markup = suffix not in (".txt", ".srt")
+    if markup and (args.ensemble or is_native(for_python_model(backend))):
+        named = "--ensemble" if args.ensemble else "--native" if args.native else f"--backend {backend}"
+        raise ValueError(
+            f"--input {args.input}: its markup is placed by a single PyTorch model's attention: not with {named}"
+        )
+    return markup
+
+
+def _translate_structured(translator, options: dict, args) -> int:
+    """``--input FILE --output OUT``: the file translated with its structure kept (:mod:`transduce.text.files`),
+    written to a temporary file beside OUT and renamed onto it, so OUT is never half written."""
+    keep = ("search", "batch_tokens", "batch_size", "truncate", "target_lang")
+    plain = {k: v for k, v in options.items() if k in keep}
+    data = Path(args.input).read_bytes()
+    done = files_.translate_file(translator, data, args.input, args.lang, **plain)
+    target = Path(args.output)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+    try:
+        tmp.write_bytes(done.data)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    plural = lambda n, word: f"{n} {word}{'' if n == 1 else 's'}"  # noqa: E731
+    counts = f"{plural(len(done.units.texts), done.units.kind)}, {plural(done.sentences, 'sentence')}"
+    print(f"transduce translate: {args.input} -> {args.output}: {counts}", file=sys.stderr)
+    return 0
+
+
 def _check_document(args, backend: str) -> None:
     native = is_native(backend)
     named = "--native" if args.native else f"--backend {backend}"  # as the user spelled it
     if args.chunk < 1:
         raise ValueError(f"--chunk must be at least 1, got {args.chunk}")
+    for path in args.files:
+        suffix = Path(path).suffix.lower()
+        if suffix in files_.OFFICE or suffix in files_.NOT_SUPPORTED:
+            files_.suffix_of(path)  # an unsupported one says so
+            raise ValueError(
+                f"{path} is a {suffix} file, not lines of text: translate it with --input {path} --output FILE"
+            )
     if args.document and (args.nbest > 1 or args.scores or args.alignments):
         raise ValueError(
             "--document writes one translated text: it goes with neither --nbest, --scores nor "

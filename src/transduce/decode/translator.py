@@ -45,6 +45,15 @@ class Translation:
     alignment: list[tuple[int, int]] | None = None
 
 
+class SourceTooLong(ValueError):
+    """An input line longer than the model allows (``encode_sources(..., truncate=False)``): which line
+    (from 0), its source tokens with eos and the target-language token, and the model's limit."""
+
+    def __init__(self, index: int, tokens: int, limit: int):
+        super().__init__(f"input line {index + 1}: {tokens} source tokens exceed the model's max_positions={limit}")
+        self.index, self.tokens, self.limit = index, tokens, limit
+
+
 class Translator:
     """Holds a decoder (a model or an :class:`~transduce.decode.ensemble.Ensemble`) and vocabularies."""
 
@@ -107,10 +116,7 @@ class Translator:
                 continue
             if len(ids) + 1 > cfg.max_positions:
                 if not truncate:
-                    raise ValueError(
-                        f"input line {n + 1}: {len(ids) + 1} source tokens exceed the model's "
-                        f"max_positions={cfg.max_positions}"
-                    )
+                    raise SourceTooLong(n, len(ids) + 1, cfg.max_positions)
                 cut.append(n + 1)
                 ids = ids[: cfg.max_positions - 1]
             out.append(ids + [cfg.eos_id])
@@ -173,6 +179,7 @@ class Translator:
         alignment_layer: int | None = None,
         *,
         search: SearchOptions | None = None,
+        sources: list[list[int] | None] | None = None,
     ) -> list:
         """Translate ``sentences`` (one per item); results come back in input order.
 
@@ -191,12 +198,17 @@ class Translator:
         returns :class:`Translation` objects whose ``alignment`` holds word pairs from the
         encoder–decoder attention of decoder layer ``alignment_layer`` (:mod:`~transduce.decode.align`;
         ``alignments="cover"`` also aligns each source word no target word chose).
+        ``sources``: the sentences as :meth:`encode_sources` gave them (same ``target_lang`` and ``truncate``),
+        where the caller has encoded them already (a server counting tokens): they are not encoded again.
         """
         options = SearchOptions.of(
             search, beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest, sample=sample
         )
         options = self.chooser_options(options, mbr, rerank)
-        sources = self.encode_sources(sentences, truncate, target_lang)
+        if sources is None:
+            sources = self.encode_sources(sentences, truncate, target_lang)
+        elif len(sources) != len(sentences):
+            raise ValueError(f"{len(sources)} encoded sources for {len(sentences)} sentences")
         results = self.search(sources, options, batch_tokens, batch_size, sort)
         nbest = options.nbest
         if mbr is not None:

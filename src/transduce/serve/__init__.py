@@ -9,8 +9,7 @@ texts.py     — whole texts split into sentences and put back; malformed HTML r
 languages.py — /languages' standard codes and names, pivot routes through a third language
 v1.py        — transduce's own API (/v1/translate, /v1/attention, /v1/models)
 registry.py  — models TOML / directory of models, lazy loading within a memory budget (LRU)
-files.py     — POST /translate_file, GET /download_file: .txt, .html, .srt, .docx, .pptx, .odt, .odp; expiry, no path escape
-office.py    — .docx/.pptx/.odt/.odp paragraphs as HTML snippets, their runs placed back by alignment
+files.py     — POST /translate_file, GET /download_file (formats: transduce.text.files); expiry, no path escape
 suggestions.py — suggested translations (POST /suggest) in SQLite, exported as TSV for fine-tuning
 keys.py      — API keys file, constant-time comparison, per-key request limits
 metrics.py   — Prometheus /metrics

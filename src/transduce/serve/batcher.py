@@ -29,6 +29,7 @@ class Job:
     sentences: list[str]
     key: Hashable  # the job's options (service.Search, service.Attention): batched together only when equal
     tokens: int  # source tokens incl. eos, for the token budget
+    sources: list = field(default_factory=list)  # the sentences encoded (source ids), one per sentence
     future: Future = field(default_factory=Future)
 
 
@@ -41,7 +42,8 @@ class Stats:
 
 
 class Batcher:
-    """``submit`` jobs from any thread; ``translate(sentences, key) -> list`` runs on the worker."""
+    """``submit`` jobs from any thread; ``translate(sentences, sources, key) -> list`` runs on the worker
+    (``sources``: the jobs' encoded sentences, concatenated as the sentences are)."""
 
     def __init__(
         self, translate, wait_s: float = 0.005, batch_tokens: int = 4096, max_requests: int = 64, on_batch=None
@@ -122,8 +124,9 @@ class Batcher:
 
     def _run(self, jobs: list[Job]) -> None:
         sentences = [s for job in jobs for s in job.sentences]
+        sources = [ids for job in jobs for ids in job.sources]
         try:
-            results: list[Any] = self.translate(sentences, jobs[0].key)
+            results: list[Any] = self.translate(sentences, sources, jobs[0].key)
         except BaseException as e:  # every waiting request learns of it
             for job in jobs:
                 job.future.set_exception(e)

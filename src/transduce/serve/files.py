@@ -4,10 +4,10 @@
                            -> {"translatedFileUrl": "http://HOST/download_file/<32 hex>.<name>"}
     GET  /download_file/<name>   the translated file (404 once expired or for any other name)
 
-Formats (UTF-8): ``.txt`` (a whole text: paragraphs, sentences and layout kept, as ``format: text``),
-``.html``/``.htm`` (markup kept, tags placed by alignment, as ``format: html``), ``.srt`` subtitles
-(each cue's text translated, its number and timing kept), and ``.docx``/``.pptx``/``.odt``/``.odp`` (each paragraph, its
-runs' formatting placed by alignment: :mod:`~transduce.serve.office`). The upload is bounded by
+Formats: ``.txt``, ``.html``/``.htm``, ``.srt``, ``.docx``/``.pptx``/``.odt``/``.odp``, read and written by
+:mod:`transduce.text.files` (as ``transduce translate --input`` does); their texts run as ``format: text``,
+their HTML and office paragraphs as ``format: html``, through a pivot language or after identifying
+the language of the whole file (``source: auto``) as ``/translate`` does. The upload is bounded by
 ``--max-body``, an archive's unpacked size by 50 × ``--max-body``, and its text by ``--char-limit``.
 Translated files are written under one folder (``--files-dir``, default a folder of the process under
 the system's temporary folder) as ``<random 32 hex>.<sanitised name>``, are deleted ``--file-expiry``
@@ -28,16 +28,15 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, JSONResponse
 
-from . import office
+from ..text import files
 from .fields import api_key, client_host, error, ignore_unknown
-from .languages import plan
-from .libre import check_size, detect_sources, run_html, run_text
+from .languages import detect_sources, plan
+from .libre import check_size, run_html, run_text
 from .service import Rejected, Service
 
-FORMATS = (".txt", ".html", ".htm", ".srt", ".docx", ".pptx", ".odt", ".odp")
+FORMATS = files.SUFFIXES
 _NAME = re.compile(r"^[0-9a-f]{32}\.[A-Za-z0-9._-]{1,120}$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_CUE = re.compile(r"^(\d+\s*\n[^\n]*-->[^\n]*\n)(.*)$", re.DOTALL)
 
 
 def default_folder() -> Path:
@@ -78,17 +77,6 @@ class FileStore:
                     path.unlink(missing_ok=True)
 
 
-def srt_cues(text: str) -> list[tuple[str, str]]:
-    """``(head, text)`` per cue: head is the number and timing lines (kept), text the lines translated;
-    blocks that are not cues are kept whole as heads with no text."""
-    blocks = re.split(r"(\n\s*\n)", text.replace("\r\n", "\n"))
-    out = []
-    for block in blocks:
-        m = _CUE.match(block)
-        out.append((m.group(1), m.group(2)) if m else (block, ""))
-    return out
-
-
 async def translate_file(service: Service, store: FileStore, request: Request) -> dict:
     form = await request.form()
     fields = {k: form.get(k) for k in form}
@@ -100,32 +88,20 @@ async def translate_file(service: Service, store: FileStore, request: Request) -
         if not fields.get(name):
             raise Rejected(400, f"Invalid request: missing {name} parameter")
     char_limit = service.authorize_chars(api_key(fields, request), client_host(request))
-    suffix = Path(upload.filename or "").suffix.lower()
-    if suffix not in FORMATS:
-        raise Rejected(400, f"Invalid request: file type {suffix or '(none)'} is not supported ({', '.join(FORMATS)})")
-    data = await upload.read()
-    if suffix in office.PARTS:
-        translated = await translate_office(service, fields, data, suffix, char_limit, upload.filename)
-        name = store.put(upload.filename or f"file{suffix}", translated)
-        return {"translatedFileUrl": str(request.url_for("libre_download_file", name=name))}
+    name = upload.filename or ""
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise Rejected(400, f"Invalid request: {upload.filename} is not UTF-8 text ({e})") from None
-    check_size(service, [text], char_limit)
-    hops = route(service, fields, text)
-    if suffix == ".srt":
-        cues = srt_cues(text)
-        where = [i for i, (_, body) in enumerate(cues) if body.strip()]
-        done = await run_text(service, hops, [cues[i][1] for i in where], 1)
-        bodies = {i: out[0] for i, out in zip(where, done)}
-        translated = "".join(head + bodies.get(i, body) for i, (head, body) in enumerate(cues))
-    elif suffix == ".txt":
-        translated = (await run_text(service, hops, [text], 1))[0][0]
-    else:
-        translated = (await run_html(service, hops, [text]))[0][0]
-    name = store.put(upload.filename or f"file{suffix}", translated.encode("utf-8"))
-    return {"translatedFileUrl": str(request.url_for("libre_download_file", name=name))}
+        suffix = files.suffix_of(name)
+        units = files.read(await upload.read(), name, 50 * service.settings.max_body)
+    except ValueError as e:
+        raise Rejected(400, f"Invalid request: {e}") from None
+    check_size(service, [units.plain], char_limit)
+    done = []
+    if units.texts:
+        hops = route(service, fields, units.plain)
+        run = run_html(service, hops, units.texts) if units.markup else run_text(service, hops, units.texts, 1)
+        done = [out[0] for out in await run]
+    stored = store.put(name or f"file{suffix}", units.write(done))
+    return {"translatedFileUrl": str(request.url_for("libre_download_file", name=stored))}
 
 
 def route(service: Service, fields: dict, text: str):
@@ -133,22 +109,6 @@ def route(service: Service, fields: dict, text: str):
     if source == "auto":
         source = detect_sources(service, [text], target)[0][0]
     return plan(service, source, target)
-
-
-async def translate_office(service: Service, fields: dict, data: bytes, suffix: str, char_limit: int, name) -> bytes:
-    """An office file translated paragraph by paragraph (:mod:`~transduce.serve.office`)."""
-    try:
-        archive, trees = office.read_parts(data, suffix, 50 * service.settings.max_body)
-    except ValueError as e:
-        raise Rejected(400, f"Invalid request: {name}: {e}") from None
-    paras = office.paragraphs(trees, suffix)
-    text = "\n".join(re.sub(r"<[^>]*>", "", snippet) for _, snippet in paras)
-    check_size(service, [text], char_limit)
-    if paras:
-        done = await run_html(service, route(service, fields, text), [snippet for _, snippet in paras])
-        for (paragraph, _), out in zip(paras, done):
-            office.put_back(paragraph, suffix, out[0])
-    return office.write(archive, trees)
 
 
 def router(service: Service, store: FileStore) -> APIRouter:

@@ -9,17 +9,21 @@ A request's codes reach the served pair by the same standard form (:meth:`ModelP
 
 Pivot routing: where no model translates ``Y -> X`` but one translates ``Y -> P`` and another
 ``P -> X``, the text goes through ``P`` (English first, as Argos Translate does). The pair is listed
-in ``/languages`` ``targets``, and the answer names the route that ran.
+in ``/languages`` ``targets``, and the answer names the route that ran. ``source: "auto"`` picks the
+source among those that reach the target (:func:`detect_sources`, :mod:`transduce.langid`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from .. import langid
 from .registry import ModelSpec, language_key
 from .service import Rejected, Service
 
 PIVOTS = ("en",)  # tried first; then any other language both hops share
+_TAG = re.compile(r"<[^>]*>")
 
 
 @dataclass(frozen=True)
@@ -110,3 +114,14 @@ def sources_for(service: Service, target: str) -> list[str]:
     """The display codes a text in which can be translated into ``target``."""
     key = language_key(target)
     return sorted({s for s, t in served_pairs(service) if language_key(t) == key})
+
+
+def detect_sources(service: Service, texts: list[str], target: str) -> list[tuple[str, float]]:
+    """``(source, confidence)`` for each text (``source: "auto"``), among the sources that reach ``target``
+    (directly or through a pivot); markup is not counted as text."""
+    candidates = sources_for(service, target)
+    if not candidates:
+        raise Rejected(400, f"source 'auto': no model here translates into {target!r}")
+    if len(candidates) == 1:
+        return [(candidates[0], 100.0)] * len(texts)
+    return [langid.best(_TAG.sub(" ", t), candidates) for t in texts]

@@ -34,7 +34,7 @@ from fastapi.responses import JSONResponse
 from .. import langid
 from ..text.markup import translate_html_batch
 from .fields import api_key, as_int, client_host, error, ignore_unknown, read_fields
-from .languages import Hop, listing, plan, sources_for
+from .languages import Hop, detect_sources, listing, plan
 from .service import Rejected, Search, Service
 from .texts import repaired_html, split
 
@@ -52,16 +52,6 @@ def check_size(service: Service, texts: list[str], key_char_limit: int = 0) -> N
     chars = sum(len(t) for t in texts)
     if limit and chars > limit:
         raise Rejected(413, f"Invalid request: request ({chars} characters) exceeds the text limit of {limit}")
-
-
-def detect_sources(service: Service, texts: list[str], target: str) -> list[tuple[str, float]]:
-    """``(source, confidence)`` for each text, among the sources that reach ``target``."""
-    candidates = sources_for(service, target)
-    if not candidates:
-        raise Rejected(400, f"source 'auto': no model here translates into {target!r}")
-    if len(candidates) == 1:
-        return [(candidates[0], 100.0)] * len(texts)
-    return [langid.best(_TAG.sub(" ", t), candidates) for t in texts]
 
 
 async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: int) -> list[list[str]]:

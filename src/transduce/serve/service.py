@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from ..decode.translator import SourceTooLong
 from .alignment import word_alignments
 from .batcher import Batcher, Job
 from .keys import Access, Denied
@@ -62,12 +63,14 @@ class Rejected(Exception):
         self.status, self.message, self.retry_after = status, message, retry_after
 
 
-def run_job(translator, sentences: list[str], job: Search | Attention) -> list:
-    """What a batcher worker does with one batch."""
+def run_job(translator, sentences: list[str], sources: list, job: Search | Attention) -> list:
+    """What a batcher worker does with one batch: ``sources`` are the sentences as encoded by
+    :meth:`Service.encode`, not encoded again."""
     if isinstance(job, Search):
         extra = {"alignments": job.alignments, "alignment_layer": job.alignment_layer} if job.alignments else {}
         return translator.translate(
             sentences,
+            sources=sources,
             beam=job.beam,
             alpha=job.alpha,
             nbest=job.nbest,
@@ -77,7 +80,7 @@ def run_job(translator, sentences: list[str], job: Search | Attention) -> list:
             **extra,
         )
     if isinstance(job, Attention):
-        return word_alignments(translator, sentences, job.beam, job.target_lang)
+        return word_alignments(translator, sentences, job.beam, job.target_lang, sources)
     raise ValueError(f"unknown job {job!r}")
 
 
@@ -126,19 +129,15 @@ class Service:
                     413, f"field '{field}.{i}': {len(sentence)} characters exceed the limit of {s.max_chars}"
                 )
 
-    def check_tokens(self, entry: Loaded, sentences: list[str], field: str, prefix: int = 0) -> int:
-        """Source tokens of ``sentences`` with eos and ``prefix`` (a >>code<< token), each within max_positions."""
-        translator = entry.translator
-        vocab, max_tokens = translator.vocabs.src, translator.config.max_positions
-        total = 0
-        for i, sentence in enumerate(sentences):
-            n = len(vocab.encode(sentence)) + 1 + prefix
-            if n > max_tokens:
-                raise Rejected(
-                    413, f"field '{field}.{i}': {n} source tokens exceed the model's max_positions={max_tokens}"
-                )
-            total += n
-        return total
+    def encode(self, entry: Loaded, sentences: list[str], field: str, target_lang: str | None) -> list:
+        """The sentences as the model's source ids (with eos and the >>code<< token; None for a blank one),
+        encoded once here and handed to the translator with the job; one over max_positions is a 413."""
+        try:
+            return entry.translator.encode_sources(sentences, truncate=False, target_lang=target_lang)
+        except SourceTooLong as e:
+            raise Rejected(
+                413, f"field '{field}.{e.index}': {e.tokens} source tokens exceed the model's max_positions={e.limit}"
+            ) from None
 
     def check_search(self, beam: int, nbest: int, alpha: float = 0.6) -> None:
         if not 1 <= beam <= self.settings.max_beam:
@@ -157,11 +156,12 @@ class Service:
         except Exception as e:  # noqa: BLE001 - a broken model directory: say which, keep serving the others
             raise Rejected(500, f"model {spec.name} ({spec.path}) could not be loaded: {e}") from None
         try:
-            tokens = self.check_tokens(entry, sentences, field, 1 if job.target_lang else 0)
+            sources = self.encode(entry, sentences, field, job.target_lang)
             if not sentences:
                 return []
+            tokens = sum(len(ids) for ids in sources if ids is not None)
             try:
-                future = entry.batcher.submit(Job(sentences, job, tokens))
+                future = entry.batcher.submit(Job(sentences, job, tokens, sources))
             except RuntimeError as e:
                 raise Rejected(503, str(e)) from None
             try:
@@ -193,7 +193,7 @@ class Service:
 def make_batcher_factory(settings: Settings, metrics):
     def make(spec: ModelSpec, translator) -> Batcher:
         return Batcher(
-            lambda sentences, job: run_job(translator, sentences, job),
+            lambda sentences, sources, job: run_job(translator, sentences, sources, job),
             settings.wait_ms / 1000,
             settings.batch_tokens,
             settings.max_batch_requests,

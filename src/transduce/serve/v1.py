@@ -5,7 +5,12 @@
                         -> {"translations": ["Ein Hund läuft."]}   (input order; n-best lists when nbest > 1;
                            {"text", "score", "logprob"} objects when return_scores)
     POST /v1/attention  {"text": ["A dog runs."], "source": "en", "target": "de", "beam": 4}
-                        -> {"alignments": [{"translation", "source_words", "target_words", "weights"}]}
+                        -> {"alignments": [{"translation", "source_words", "target_words", "weights"}],
+                            "route": ["en-de"]}     (the page's API)
+                        source "auto": the language of all the text together, among those that reach
+                        target, answered as "detected": {"language", "confidence"}; a pair no model
+                        serves goes through a pivot (["fr-en", "en-de"]: :mod:`~transduce.serve.languages`)
+                        and the alignments are the last model's, its source the pivot text
     GET  /v1/models     -> [{"name", "source", "target", "targets", "loaded", "bytes"}]
 
 ``source`` and ``target`` may be left out when the server holds one model. An API key, where
@@ -19,6 +24,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from .languages import Hop, detect_sources, plan
 from .service import Attention, Rejected, Service
 
 
@@ -48,7 +54,7 @@ class TranslateResponse(BaseModel):
 class AttentionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     text: list[str] = Field(description="sentences; each is translated and its attention recorded")
-    source: str | None = None
+    source: str | None = Field(None, description='source language, or "auto": identified from all the text')
     target: str | None = None
     beam: int = Field(4, description="beam size of the translation whose attention is shown")
 
@@ -63,8 +69,15 @@ class Alignment(BaseModel):
     )
 
 
+class Detected(BaseModel):
+    language: str
+    confidence: float = Field(description="percent")
+
+
 class AttentionResponse(BaseModel):
-    alignments: list[Alignment]
+    alignments: list[Alignment] = Field(description="the last model's: through a pivot, its source is the pivot text")
+    route: list[str] = Field(description='the pairs the text went through: ["fr-en", "en-de"] through a pivot')
+    detected: Detected | None = Field(None, description='the language identified when source is "auto"')
 
 
 class ModelInfo(BaseModel):
@@ -81,6 +94,21 @@ def api_key(request: Request) -> str | None:
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
     return request.headers.get("x-api-key")
+
+
+def route(service: Service, source: str | None, target: str | None, text: list[str]) -> tuple[list[Hop], dict | None]:
+    """The models the text goes through (one, or two through a pivot: :func:`~transduce.serve.languages.plan`)
+    and, for ``source: "auto"``, the language identified from all of ``text`` with its confidence."""
+    detected = None
+    if source == "auto":
+        if not target:
+            raise Rejected(400, "source 'auto' needs a target language")
+        source, confidence = detect_sources(service, ["\n".join(text)], target)[0]
+        detected = {"language": source, "confidence": round(confidence, 1)}
+    if not source or not target:  # one model: the pair may be left out (else service.route says to name both)
+        spec, target_lang = service.route(source, target)
+        return [Hop(spec, target_lang, spec.source, spec.target)], detected
+    return plan(service, source, target), detected
 
 
 def _shape(result, scores: bool):
@@ -117,19 +145,23 @@ def router(service: Service) -> APIRouter:
             raise _http(e) from None
         return {"translations": [_shape(r, req.return_scores) for r in results]}
 
-    @api.post("/attention", response_model=AttentionResponse, responses=errors)
+    @api.post("/attention", response_model=AttentionResponse, response_model_exclude_none=True, responses=errors)
     async def attention(req: AttentionRequest, request: Request) -> dict:
         try:
             service.authorize(api_key(request), client(request))
-            spec, target_lang = service.route(req.source, req.target)
             service.check_search(req.beam, 1)
-            service.check_text(spec, req.text, "text")
-            result = await service.run(spec, req.text, Attention(req.beam, target_lang))
+            hops, detected = route(service, req.source, req.target, req.text)
+            text = req.text
+            for hop in hops[:-1]:  # through a pivot: the first model's translations are the last one's source
+                text = [r.text for r in await service.translate(hop.spec, text, req.beam, target_lang=hop.target_lang)]
+            last = hops[-1]
+            service.check_text(last.spec, text, "text")
+            result = await service.run(last.spec, text, Attention(req.beam, last.target_lang))
         except Rejected as e:
             raise _http(e) from None
         except ValueError as e:  # e.g. a model decoded by the C++ step records no attention
             raise HTTPException(status_code=400, detail=f"attention is not available: {e}") from None
-        return {"alignments": result}
+        return {"alignments": result, "route": [h.pair for h in hops], "detected": detected}
 
     @api.get("/models", response_model=list[ModelInfo])
     async def models() -> list[dict]:

@@ -1,5 +1,6 @@
-// The page at "/": fills the pair list from GET /languages, translates with POST /v1/attention
-// (translation + word-level encoder-decoder attention per line) and highlights, while a target
+// The page at "/": fills the pair list from GET /languages (and "Detect language" for each target),
+// translates with POST /v1/attention (translation + word-level encoder-decoder attention per line),
+// shows the route the text took (a pivot, the language detected) and highlights, while a target
 // word is hovered, the source words it attended to.
 "use strict";
 
@@ -30,7 +31,24 @@ async function loadPairs() {
       select.appendChild(option);
     }
   }
+  for (const target of [...new Set(languages.flatMap((l) => l.targets))].sort()) {
+    const option = document.createElement("option");
+    option.value = "auto|" + target;
+    option.textContent = `Detect language \u2192 ${names[target] || target}`;
+    select.appendChild(option);
+  }
   if (!select.options.length) $("status").textContent = "this server has no language pairs";
+  window.languageNames = names;
+}
+
+function describeRoute(body) {
+  const names = window.languageNames || {};
+  let text = "route: " + body.route.join(" \u2192 ");
+  if (body.detected) {
+    const lang = body.detected.language;
+    text += ` (detected: ${names[lang] || lang}, ${Math.round(body.detected.confidence)}%)`;
+  }
+  return text;
 }
 
 function span(text, cls) {
@@ -79,12 +97,14 @@ async function translate() {
   const [source, target] = $("pair").value.split("|");
   const text = $("source").value.split("\n");
   $("status").textContent = "translating\u2026";
+  $("route").textContent = "";
   $("translate").disabled = true;
   try {
     const body = await answer(await fetch("/v1/attention", {
       method: "POST", headers: headers(), body: JSON.stringify({ text, source, target }),
     }));
     $("plain").textContent = body.alignments.map((a) => a.translation).join("\n");
+    $("route").textContent = describeRoute(body);
     $("lines").replaceChildren(...body.alignments.filter((a) => a.target_words.length).map(showLine));
     $("status").textContent = "";
   } catch (e) {

@@ -114,14 +114,14 @@ def _append_text(run, ns: str, text: str) -> None:
         run.append(_text_run(run, ns, text)[-1])
 
 
-def read_parts(data: bytes, suffix: str, max_bytes: int) -> tuple[zipfile.ZipFile, dict]:
-    """The archive and its translatable XML parts ``{name: tree}``; a damaged or oversized archive raises
-    ValueError naming the problem."""
+def read_parts(data: bytes, suffix: str, max_bytes: int | None = None) -> tuple[zipfile.ZipFile, dict]:
+    """The archive and its translatable XML parts ``{name: tree}``; a damaged archive, or one unpacking to
+    more than ``max_bytes`` (None: no limit), raises ValueError naming the problem."""
     pattern, _ = PARTS[suffix]
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         total = sum(info.file_size for info in archive.infolist())
-        if total > max_bytes:
+        if max_bytes is not None and total > max_bytes:
             raise ValueError(f"unpacks to {total} bytes, over the limit of {max_bytes}")
         trees = {n: etree.fromstring(archive.read(n), _PARSER) for n in archive.namelist() if pattern.match(n)}
     except (zipfile.BadZipFile, etree.XMLSyntaxError, KeyError) as e:
