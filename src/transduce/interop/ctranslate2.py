@@ -33,9 +33,13 @@ import numpy as np
 from ..config import ConfigError
 from ..data.vocab import Vocab, Vocabs
 from ..model import ModelConfig, Transformer
+from ..model.embeddings import sinusoid_table
 from .marian import SPECIALS
 
 CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}  # model.activation -> ct2's Activation
+# rows of an exported sinusoid table at least: callers such as argostranslate leave CTranslate2's
+# max_decoding_length at its default, 256, and CTranslate2 stops with an error past the table's last row
+CT2_MIN_POSITIONS = 1024
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
 
 
@@ -80,9 +84,10 @@ def build_spec(model: Transformer, vocabs: Vocabs):
         activation=getattr(common_spec.Activation, CT2_ACTIVATIONS[cfg.activation]),
     )
 
-    def positions(embed) -> np.ndarray:  # (max_positions, d_model): our interleaved sinusoids or a learned table
-        pos = embed.positions
-        return (pos.table if cfg.positions == "sinusoidal" else pos.weight).detach().float().cpu().numpy()
+    def positions(embed) -> np.ndarray:  # (rows, d_model): our interleaved sinusoids or the learned table
+        if cfg.positions == "sinusoidal":  # the same rows, and more: CTranslate2 may decode past max_positions
+            return sinusoid_table(max(cfg.max_positions, CT2_MIN_POSITIONS), cfg.d_model).numpy()
+        return embed.positions.weight.detach().float().cpu().numpy()
 
     def linear(target, name: str) -> None:
         target.weight = w[f"{name}.weight"]
