@@ -249,7 +249,8 @@ def test_int8_package_reads_as_dequantised_weights(fitted, sentences, tmp_path):
     weights = dequantize(ct2, name)
     assert np.array_equal(weights, var.data.astype(np.float32) / scale.data[:, None])
     original = shaped.state_dict()["encoder.layers.0.ff.w1.weight"].numpy()
-    assert np.all(np.abs(weights - original) <= 0.5 / scale.data[:, None] + 1e-7)  # int8 rounding, per row
+    assert np.all(np.abs(weights - original) * scale.data[:, None] <= 0.5 + 1e-5)  # int8 rounding, per row; also
+    # fails if the export quantised the model's own arrays in place
     assert np.abs(weights - original).max() > 0  # it was quantised
 
     imported, ivocabs, _ = import_argos(package)

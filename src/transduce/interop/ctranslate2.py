@@ -76,7 +76,8 @@ def build_spec(model: Transformer, vocabs: Vocabs):
 
     cfg = model.config
     check_ct2_exportable(cfg)
-    w = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+    # copies: CTranslate2's quantisation scales the arrays in place, which would change the model's own weights
+    w = {k: v.detach().float().cpu().numpy().copy() for k, v in model.state_dict().items()}
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers),
         cfg.n_heads,
@@ -87,7 +88,7 @@ def build_spec(model: Transformer, vocabs: Vocabs):
     def positions(embed) -> np.ndarray:  # (rows, d_model): our interleaved sinusoids or the learned table
         if cfg.positions == "sinusoidal":  # the same rows, and more: CTranslate2 may decode past max_positions
             return sinusoid_table(max(cfg.max_positions, CT2_MIN_POSITIONS), cfg.d_model).numpy()
-        return embed.positions.weight.detach().float().cpu().numpy()
+        return embed.positions.weight.detach().float().cpu().numpy().copy()
 
     def linear(target, name: str) -> None:
         target.weight = w[f"{name}.weight"]
