@@ -68,6 +68,6 @@ def run(args: argparse.Namespace) -> int:
     if meta["spm_pieces_without_id"]:
         print(
             f"note: {meta['spm_pieces_without_id']} SentencePiece pieces have no id in the vocabulary "
-            "(Marian maps them to <unk>; transduce segments such text into smaller pieces)"
+            "(Marian and CTranslate2 map them to <unk>; transduce segments such text into smaller pieces)"
         )
     return 0
