@@ -258,6 +258,27 @@ def test_int8_package_reads_as_dequantised_weights(fitted, sentences, tmp_path):
     assert [ivocabs.tgt.decode(greedy(imported, ivocabs.src.encode(s))) for s in sentences] == theirs
 
 
+@pytest.mark.parametrize("quantization", ["int16", "float16", "bfloat16"])
+def test_other_weight_types_read_as_float32(fitted, tmp_path, quantization):
+    """int16 (one scale per matrix), float16 and bfloat16 weights come back as float32 within their precision."""
+    from transduce.interop.ctranslate2 import export_ctranslate2
+
+    model, vocabs, _, _ = fitted
+    export_ctranslate2(model, vocabs, tmp_path / "ct2", quantization=quantization)
+    ct2 = read_model_dir(tmp_path / "ct2")
+    name = "decoder/layer_1/ffn/linear_1/weight"
+    assert ct2.get(name).dtype == quantization
+    weights = dequantize(ct2, name)
+    original = model.state_dict()["decoder.layers.1.ff.w2.weight"].numpy()
+    assert weights.dtype == np.float32 and weights.shape == original.shape
+    if quantization == "int16":
+        scale = ct2.get(name + "_scale").data
+        assert scale.shape == () and np.abs(weights - original).max() * scale <= 0.5 + 1e-3  # float32 rounding
+    else:
+        rtol = {"float16": 2**-11, "bfloat16": 2**-8}[quantization]
+        assert np.allclose(weights, original, rtol=rtol, atol=1e-7) and not np.array_equal(weights, original)
+
+
 # ----------------------------------------------------------------------------- malformed input
 def _write_model_bin(path: Path, ct2: CT2Model) -> None:
     """model.bin in CTranslate2's layout (the module docstring of transduce.interop.ct2_model)."""
