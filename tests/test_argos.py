@@ -161,6 +161,9 @@ def _opennmt_like_package(model: Transformer, vocabs, tmp_path: Path, quantizati
     spec.decoder.projection.weight = spec.decoder.projection.weight[rows]
     spec.decoder.projection.bias = spec.decoder.projection.bias[rows]
     spec._vocabularies = {"source": [onmt], "target": [onmt]}  # the converter's registered lists, replaced
+    for layer in [*spec.encoder.layer, *spec.decoder.layer]:  # OpenNMT-py 3's self-attention has no biases
+        for linear in layer.self_attention.linear:
+            linear.bias = "__optional"  # CTranslate2's marker of an absent optional variable
     spec.config.layer_norm_epsilon = None  # OpenNMT-py conversions leave it to CTranslate2's default
 
     class Converter(ctranslate2.converters.Converter):
@@ -222,6 +225,8 @@ def test_opennmt_shaped_package_imports_and_translates_as_ctranslate2(fitted, se
     assert json.loads(meta["argos_sentence_splitter_not_used"]) == ["stanza"]
 
     root = unpack(package, tmp_path / "unpacked")
+    assert "encoder/layer_0/self_attention/linear_0/bias" not in read_model_bin(root / "model" / "model.bin").names()
+    assert not imported.state_dict()["encoder.layers.0.self_attn.qkv_proj.bias"].any()  # absent bias: zeros
     theirs = ct2_greedy(root / "model", root / "sentencepiece.model", sentences)
     ours = [ivocabs.tgt.decode(greedy(imported, ivocabs.src.encode(s))) for s in sentences]
     assert ours == theirs
@@ -305,6 +310,17 @@ def exported(fitted, tmp_path):
     model, vocabs, meta, _ = fitted
     package = export_argos(model, vocabs, tmp_path / "good.argosmodel", meta)
     return unpack(package, tmp_path / "good")
+
+
+def test_an_installed_package_folder_imports(fitted, exported, tmp_path):
+    """The folder argostranslate (or LibreTranslate) installs imports like the .argosmodel it came from."""
+    model, _, _, _ = fitted
+    assert main(["import", str(exported), "--out", str(tmp_path / "from-folder")]) == 0
+    imported, _, meta = load_model_dir(tmp_path / "from-folder")
+    assert meta["imported_from"] == str(exported.resolve())
+    assert imported.config.max_positions == 1024  # the exported sinusoid table's rows
+    ours = {k: v for k, v in model.state_dict().items()}
+    assert all(torch.equal(ours[k], v) for k, v in imported.state_dict().items())
 
 
 def test_model_bin_round_trips_through_the_reader(exported, tmp_path):
