@@ -2,7 +2,7 @@
 
 ``model.bin`` is a little-endian binary file written by CTranslate2's ``ModelSpec._serialize``:
 
-    uint32  binary version (5 or 6 read here)
+    uint32  binary version (5 or 6 read here; CTranslate2 4.x writes 6, the version tested)
     string  spec name, e.g. "TransformerSpec"            string = uint16 length (NUL included), bytes, NUL
     uint32  spec revision
     uint32  number of variables, then for each:
@@ -126,7 +126,7 @@ def read_model_bin(path: str | Path) -> CT2Model:
     if version not in READ_VERSIONS:
         raise ConfigError(
             f"{path}: binary version {version}; transduce reads versions {', '.join(map(str, READ_VERSIONS))} "
-            "(CTranslate2 2.0 and later): convert the model again with a current CTranslate2"
+            "(CTranslate2 4.x writes 6): convert the model again with a current CTranslate2"
         )
     spec = r.string("the spec name")
     revision = r.unpack("I", "the spec revision")
