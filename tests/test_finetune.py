@@ -141,6 +141,15 @@ def test_mismatched_vocabulary_and_shape_are_named(base, capsys):
     assert "'freeze'" in capsys.readouterr().err
 
 
+def test_a_model_without_source_eos_is_refused_for_training(base, capsys):
+    """Batches end every source with </s>: a model configured without it (as OpenNMT-py / Argos imports are)
+    would train on other inputs than it translates, so training refuses it, naming the key."""
+    tmp, _ = base
+    capsys.readouterr()
+    assert train(tmp, tmp / "base-data", "noeos", "model.source_eos=false") == 2
+    assert "'source_eos'" in capsys.readouterr().err
+
+
 def test_an_imported_model_fine_tunes(base, tmp_path):
     _, model_dir = base
     model, vocabs, meta = load_model_dir(model_dir)

@@ -237,6 +237,69 @@ def test_gelu_models_export_to_both_with_equal_scores(fitted, corpus, tmp_path):
         assert torch.allclose(torch.tensor(res.log_probs), expect, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(norm="pre"),
+        dict(norm="pre", positions="learned", scale_embeddings=False, source_eos=False, layer_norm_eps=1e-6),
+    ],
+)
+def test_ctranslate2_prenorm_export_scores_and_greedy_match(fitted, corpus, tmp_path, overrides):
+    """Pre-norm models (CTranslate2's pre_norm=True, final norms as encoder/decoder layer_norm), also with a learned
+    position table, unscaled embeddings and a source without </s>: CTranslate2 scores and greedy-decodes as we do.
+    The final norms are moved off the identity, so an export that dropped them would disagree."""
+    post, vocabs, _ = fitted
+    model = Transformer(ModelConfig(**{**post.config.to_dict(), **overrides})).eval()
+    model.load_state_dict(post.state_dict(), strict=False)
+    with torch.no_grad():
+        for norm in (model.encoder.final_norm, model.decoder.final_norm):
+            norm.weight.mul_(1.5)
+            norm.bias.add_(0.1)
+        if model.config.positions == "learned":
+            for embed in (model.src_embed, model.tgt_embed):
+                embed.positions.weight.copy_(
+                    post.src_embed.positions.table[
+                        :, torch.randperm(post.config.d_model, generator=torch.Generator().manual_seed(0))
+                    ]
+                )
+    export_ctranslate2(model, vocabs, tmp_path / "ct2")
+    config = json.loads((tmp_path / "ct2" / "config.json").read_text())
+    assert config["add_source_eos"] == model.config.source_eos
+    translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
+    val, de = corpus[2], corpus[1]
+    eos = [3] * model.config.source_eos
+    src_tokens = [vocabs.src.pieces(vocabs.src.encode(s)) for s in val[:8]]
+    results = translator.translate_batch(src_tokens, beam_size=1, max_decoding_length=39)
+    for sentence, result in zip(val, results):
+        ids = vocabs.src.encode(sentence)
+        expect = []
+        with torch.no_grad():
+            cache = model.init_cache(model.encode(torch.tensor([ids + eos])), beam=1)
+            token = torch.tensor([2])
+            for _ in range(39):
+                token = model.decode_step(token, cache).argmax(-1)
+                if token.item() == 3:
+                    break
+                expect.append(token.item())
+        assert vocabs.tgt.sp.piece_to_id(result.hypotheses[0]) == expect
+    tgt_ids = [vocabs.tgt.encode(s) for s in de[:6]]
+    scored = translator.score_batch(src_tokens[:6], [vocabs.tgt.pieces(t) for t in tgt_ids])
+    for i, (ids, res) in enumerate(zip(tgt_ids, scored)):
+        with torch.no_grad():
+            logp = model(torch.tensor([vocabs.src.encode(val[i]) + eos]), torch.tensor([[2] + ids])).log_softmax(-1)[0]
+        expect = logp[torch.arange(len(ids) + 1), torch.tensor(ids + [3])]
+        assert torch.allclose(torch.tensor(res.log_probs), expect, atol=1e-4)
+
+
+def test_ctranslate2_export_names_every_unsupported_key(fitted, tmp_path):
+    model, vocabs, _ = fitted
+    cfg = {**model.config.to_dict(), "attention": "additive", "attention_window": 3}
+    with pytest.raises(ConfigError) as err:
+        export_ctranslate2(Transformer(ModelConfig(**cfg)), vocabs, tmp_path / "ct2")
+    assert "'attention'" in str(err.value) and "'attention_window'" in str(err.value)
+    assert not (tmp_path / "ct2").exists()
+
+
 def test_ctranslate2_int8_export_runs(fitted, corpus, tmp_path):
     _, vocabs, model_dir = fitted
     out = tmp_path / "ct2-int8"

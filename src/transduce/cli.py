@@ -30,10 +30,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "serve models over HTTP: the LibreTranslate API, its own API under /v1, a web page",
     ),
     "detect": ("transduce.langid", "identify the language of each line of text (offline, py3langid)"),
-    "export": ("transduce.interop.export", "export a model directory to CTranslate2 or HuggingFace MarianMT"),
+    "export": (
+        "transduce.interop.export",
+        "export a model directory to CTranslate2, HuggingFace MarianMT or an Argos Translate package",
+    ),
     "import": (
         "transduce.import_model",
-        "import an OPUS-MT or MarianMT model: a directory, a release .zip, or a hub name",
+        "import an Argos Translate package, or an OPUS-MT or MarianMT model: a directory, a release .zip, a hub name",
     ),
     "check-backends": ("transduce.check_backends", "score int8 decoding against fp32 and record it in the model dir"),
     "recipe": ("transduce.recipe", "prepare, train, average and evaluate from one recipe TOML"),

@@ -53,13 +53,14 @@ def sequence_logprobs(
         while end < len(order) and (end - start + 1) * (len(pairs[order[end]][0]) + 1) <= batch_tokens:
             end += 1
         index = order[start:end]
-        src_len = max(len(pairs[i][0]) for i in index) + 1
+        eos = [cfg.eos_id] if cfg.source_eos else []
+        src_len = max(len(pairs[i][0]) for i in index) + len(eos)
         tgt_len = max(len(pairs[i][1]) for i in index) + 2
         src = torch.full((len(index), src_len), cfg.pad_id, dtype=torch.long)  # (B, S)
         tgt = torch.full((len(index), tgt_len), cfg.pad_id, dtype=torch.long)  # (B, T + 1)
         for row, i in enumerate(index):
             s, t = pairs[i]
-            src[row, : len(s) + 1] = torch.tensor(s + [cfg.eos_id])
+            src[row, : len(s) + len(eos)] = torch.tensor(s + eos)
             tgt[row, : len(t) + 2] = torch.tensor([cfg.bos_id] + t + [cfg.eos_id])
         src, tgt = src.to(device), tgt.to(device)
         logits = model(src, tgt[:, :-1]).float()  # (B, T, V)

@@ -103,7 +103,7 @@ class Translator:
     def encode_sources(
         self, sentences: list[str], truncate: bool = True, target_lang: str | None = None
     ) -> list[list[int] | None]:
-        """Source ids + eos per sentence; ``None`` for an empty line. Overlong lines are cut
+        """Source ids + eos (without it for ``source_eos = false``) per sentence; ``None`` for an empty line. Overlong lines are cut
         to ``max_positions`` with one warning that counts them, or raise if ``truncate`` is False.
         ``target_lang``: a multilingual model's target language, as the ``>>code<<`` token before each source."""
         cfg, cut = self.config, []
@@ -114,12 +114,13 @@ class Translator:
             if not sentences[n].strip():
                 out.append(None)
                 continue
-            if len(ids) + 1 > cfg.max_positions:
+            eos = [cfg.eos_id] if cfg.source_eos else []
+            if len(ids) + len(eos) > cfg.max_positions:
                 if not truncate:
-                    raise SourceTooLong(n, len(ids) + 1, cfg.max_positions)
+                    raise SourceTooLong(n, len(ids) + len(eos), cfg.max_positions)
                 cut.append(n + 1)
-                ids = ids[: cfg.max_positions - 1]
-            out.append(ids + [cfg.eos_id])
+                ids = ids[: cfg.max_positions - len(eos)]
+            out.append(ids + eos)
         if cut:
             warnings.warn(
                 f"truncated {len(cut)} input line(s) longer than max_positions={cfg.max_positions} "

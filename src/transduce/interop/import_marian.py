@@ -1,6 +1,8 @@
-"""``transduce import SOURCE --out MODELDIR``: an OPUS-MT / Marian model -> a transduce model directory.
+"""``transduce import SOURCE --out MODELDIR``: an OPUS-MT / Marian model or an Argos Translate package ->
+a transduce model directory.
 
-SOURCE is a MarianMT directory (config.json, model.safetensors, source/target.spm, vocab.json), a native
+SOURCE is an Argos Translate package (an ``.argosmodel`` file or an installed package folder; see
+interop/argos.py), a MarianMT directory (config.json, model.safetensors, source/target.spm, vocab.json), a native
 Marian release (a .npz, decoder.yml, *.vocab.yml, source/target.spm) as a directory or a .zip, a URL of
 such a .zip, or a HuggingFace hub name (``Helsinki-NLP/opus-mt-en-de``, or ``opus-mt-en-de``); see
 interop/fetch.py. Nothing read executes code: safetensors, .npz without pickles, JSON and safe YAML.
@@ -18,7 +20,11 @@ from .marian import convert_release, read_marian_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("source", help="MarianMT or native Marian directory, release .zip, URL, or hub name")
+    parser.add_argument(
+        "source",
+        help="an .argosmodel (or installed Argos package folder), a MarianMT or native Marian directory, "
+        "release .zip, URL, or hub name",
+    )
     parser.add_argument("--out", required=True, type=Path, help="transduce model directory to write")
     parser.add_argument(
         "--cache-dir",
@@ -31,8 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def import_model(source: str | Path, cache_dir: Path = DEFAULT_MODEL_CACHE, revision: str | None = None):
     """(model, vocabs, meta) for any SOURCE that ``transduce import`` takes."""
+    from .argos import import_argos, is_argos_package
     from .marian_native import is_native_release, read_native_release
 
+    if is_argos_package(Path(source).expanduser()):
+        return import_argos(source)
     directory = resolve(str(source), cache_dir, revision)
     native = not (directory / "config.json").is_file() and is_native_release(directory)
     release = read_native_release(directory) if native else read_marian_dir(directory)
@@ -59,6 +68,6 @@ def run(args: argparse.Namespace) -> int:
     if meta["spm_pieces_without_id"]:
         print(
             f"note: {meta['spm_pieces_without_id']} SentencePiece pieces have no id in the vocabulary "
-            "(Marian maps them to <unk>; transduce segments such text into smaller pieces)"
+            "(Marian and CTranslate2 map them to <unk>; transduce segments such text into smaller pieces)"
         )
     return 0

@@ -52,6 +52,8 @@ class ModelConfig:
       (Table 3 row B).
     * ``attention_window``: restricted self-attention over a neighbourhood of r
       positions (Table 1): centred on i in the encoder, the r most recent in the decoder.
+    * ``source_eos``: the source ends with ``</s>`` (every model transduce trains). OpenNMT-py models (and so
+      Argos Translate packages) encode the source without it: ``false`` when imported from one.
     """
 
     vocab_size: int = 37000
@@ -80,6 +82,7 @@ class ModelConfig:
     attention: Literal["scaled_dot", "dot", "additive"] = "scaled_dot"
     attention_window: int | None = None
     layer_norm_eps: float = 1e-5
+    source_eos: bool = True
 
     def __post_init__(self) -> None:
         for key in ("vocab_size", "encoder_layers", "decoder_layers", "d_model", "d_ff", "n_heads", "max_positions"):

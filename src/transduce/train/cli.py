@@ -59,6 +59,12 @@ def preflight(config_path: Path, overrides: list[str], resume: bool):
     from ..modeldir import check_vocab_matches
 
     check_vocab_matches(model_cfg, data.vocabs, f"{data_dir}/vocab")
+    if not model_cfg.source_eos:  # batches end every source with </s> (data/batching.py)
+        where = cfg.init_from if cfg.init_from is not None else f"{config_path} [model]"
+        raise ConfigError(
+            f"{where}: key 'source_eos' is false (a model imported from OpenNMT-py / Argos Translate); "
+            "training feeds sources ending in </s>, so such a model translates but does not train here"
+        )
     data.split(cfg.train_split)  # names the split if missing
     check_writable(Path(cfg.out))
     if not resume and list_checkpoints(Path(cfg.out) / "checkpoints"):

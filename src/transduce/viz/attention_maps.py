@@ -94,7 +94,7 @@ def record_weights(
     T = len(out)+1.
     """
     cfg = model.config
-    src = torch.tensor([list(src_ids) + [cfg.eos_id]])  # (1, S)
+    src = torch.tensor([list(src_ids) + [cfg.eos_id] * cfg.source_eos])  # (1, S)
     tgt_in = torch.tensor([[cfg.bos_id] + list(out_ids)])  # (1, T)
     groups = {
         "encoder": [layer.self_attn for layer in model.encoder.layers],
@@ -138,7 +138,7 @@ def sentence_attention(translator, sentence: str, beam: int = 4, target_lang: st
     enc, dec, cross = record_weights(model, src_ids, result.tokens)
     eos = model.config.eos_id
     return AttentionMaps(
-        source=vocabs.src.pieces(src_ids + [eos]),
+        source=vocabs.src.pieces(src_ids + [eos] * model.config.source_eos),
         target_in=vocabs.tgt.pieces([model.config.bos_id] + result.tokens),
         target_out=vocabs.tgt.pieces(result.tokens + [eos]),
         translation=result.text,
