@@ -117,7 +117,7 @@ def post(url: str, body: dict) -> dict:
     data = json.dumps(body)
     if shutil.which("curl"):
         done = subprocess.run(
-            ["curl", "-s", "--max-time", "120", url, "-H", "Content-Type: application/json", "-d", data],
+            ["curl", "-s", "--max-time", "600", url, "-H", "Content-Type: application/json", "-d", data],
             capture_output=True,
             text=True,
             check=True,

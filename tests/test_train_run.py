@@ -184,7 +184,7 @@ def test_sigkill_and_resume_is_bit_identical(data_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 600  # against a hang; the first run may build the C++ kernels under load
         while not list_checkpoints(tmp_path / "kill" / "checkpoints") and proc.poll() is None:
             assert time.time() < deadline, "no checkpoint appeared"
             time.sleep(0.05)
@@ -218,7 +218,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.time() + 120
+    deadline = time.time() + 600  # a guard against a hang, as above
     while not list_checkpoints(tmp_path / "run" / "checkpoints") and proc.poll() is None:
         assert time.time() < deadline, "no checkpoint appeared"
         time.sleep(0.05)
