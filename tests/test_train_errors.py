@@ -94,3 +94,18 @@ def test_preflight_returns_vocab_sizes_from_the_data(data_dir, tmp_path):  # noq
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
     cfg, model_cfg, data = preflight(Path(config), [], resume=False)
     assert model_cfg.vocab_size == len(data.vocabs.src) == 500 and model_cfg.d_model == 64
+
+
+def test_a_checkpoint_older_than_a_model_key_resumes_with_its_default():
+    """A checkpoint written before a [model] key existed was built with that key's default: resuming it with
+    the default is no change, with another value it is one, named with the checkpoint's (default) value."""
+    from transduce.model import ModelConfig
+    from transduce.train.trainer import config_changes
+
+    current = ModelConfig.preset("tiny", vocab_size=60)
+    saved = current.to_dict()
+    del saved["source_eos"]  # as a checkpoint written before the key
+    assert config_changes(current, saved) == {}
+    without = ModelConfig.preset("tiny", vocab_size=60, source_eos=False)
+    assert config_changes(without, saved) == {"source_eos": (False, True)}
+    assert config_changes(ModelConfig.preset("tiny", vocab_size=60, d_model=32), saved)["d_model"][0] == 32

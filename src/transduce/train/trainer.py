@@ -18,6 +18,7 @@ ends with bit-identical weights, dropout included.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -73,6 +74,13 @@ def pick_device(name: str, ctx_local_rank: int = 0) -> torch.device:
         torch.cuda.set_device(ctx_local_rank)
         return torch.device("cuda", ctx_local_rank)
     return torch.device("cpu")
+
+
+def config_changes(current: ModelConfig, saved: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{key: (current value, checkpoint's value)} for every model key that differs from a checkpoint's
+    config; a key the checkpoint predates counts as its default, which is what that model was built with."""
+    saved = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.default is not dataclasses.MISSING} | saved
+    return {k: (v, saved.get(k)) for k, v in current.to_dict().items() if saved.get(k) != v}
 
 
 class Trainer:
@@ -148,11 +156,7 @@ class Trainer:
         if newest is None:
             return
         state = ckpt.read_state(newest)
-        changed = {
-            k: (v, state["model_config"].get(k))
-            for k, v in self.model_cfg.to_dict().items()
-            if state["model_config"].get(k) != v
-        }
+        changed = config_changes(self.model_cfg, state["model_config"])
         if changed:
             raise ConfigError(
                 f"{newest}: the [model] config differs from the checkpoint's: "
