@@ -92,7 +92,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 def _cpu_paths_summary(terminalreporter) -> None:
     """One line: the CPU, and for each SIMD level of the C++ step how many of its tests passed or failed
-    (levels the CPU lacks are named as not run)."""
+    (levels the CPU lacks are named as not run), and aarch64 when its build ran under emulation."""
     from transduce import cpp
 
     counts: dict[str, dict[str, int]] = {}
@@ -101,6 +101,9 @@ def _cpu_paths_summary(terminalreporter) -> None:
             nodeid = getattr(report, "nodeid", "")
             if not nodeid.startswith("tests/test_cpu_paths.py") or getattr(report, "when", "call") != "call":
                 continue
+            if "under_emulation" in nodeid:
+                counts.setdefault("aarch64 under qemu-user", {}).setdefault(outcome, 0)
+                counts["aarch64 under qemu-user"][outcome] += 1
             for isa in cpp.ISAS:  # parameters look like [avx2] or [gelu-avx2]
                 if f"[{isa.name}]" in nodeid or f"-{isa.name}]" in nodeid:
                     counts.setdefault(isa.name, {}).setdefault(outcome, 0)

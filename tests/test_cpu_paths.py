@@ -150,3 +150,45 @@ def test_the_cpp_step_compiles_for_aarch64(tmp_path):
     arch = subprocess.run(["file", str(obj)], capture_output=True, text=True).stdout if shutil.which("file") else ""
     assert not arch or "aarch64" in arch or "ARM" in arch, arch
     assert Path(obj).stat().st_size > 0
+
+
+QEMU = "qemu-aarch64"
+PROBE = Path(__file__).with_name("cpp") / "vecmath_probe.cpp"
+
+
+def _probe(compiler: str, out: Path, *flags: str) -> Path:
+    """tests/cpp/vecmath_probe.cpp built by ``compiler`` with the decoder step's numerics flags."""
+    cmd = [compiler, *native.NUMERICS_FLAGS, "-std=c++20", f"-I{native.SOURCE.parent}", *flags, str(PROBE), "-o"]
+    done = subprocess.run([*cmd, str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
+def test_aarch64_computes_the_same_bits_under_emulation(tmp_path):
+    """vecmath.h built for ARM and run under qemu-user returns this CPU's bits for every function and length,
+    and so does each SIMD level this CPU runs: one numerics on x86 and ARM. The probe's host build is tied
+    to the decoder step: its exp, GELU and Swish equal the scalar extension's."""
+    if shutil.which(CROSS) is None or shutil.which(QEMU) is None:
+        pytest.skip(f"needs {CROSS} and {QEMU} (Debian's g++-aarch64-linux-gnu and qemu-user; .ci/run installs both)")
+    g = torch.Generator().manual_seed(1)
+    extremes = torch.tensor([0.0, -0.0, 1e-30, -1e-30, -87.5, 88.0, 30.0, -30.0, -4.9])
+    x = torch.cat([torch.linspace(-14, 14, 28001), torch.randn(4099, generator=g) * 3, extremes])
+    (tmp_path / "in.bin").write_bytes(x.numpy().tobytes())
+
+    def run(program: list[str], name: str) -> bytes:
+        done = subprocess.run([*program, str(tmp_path / "in.bin"), str(tmp_path / name)], capture_output=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return (tmp_path / name).read_bytes()
+
+    host = run([str(_probe("c++", tmp_path / "host"))], "host.out")
+    arm = run([QEMU, str(_probe(CROSS, tmp_path / "arm", "-static"))], "arm.out")
+    assert len(arm) == len(host) > 12 * x.numel()
+    diff = torch.frombuffer(bytearray(arm), dtype=torch.int32) != torch.frombuffer(bytearray(host), dtype=torch.int32)
+    assert not diff.any(), f"{int(diff.sum())} of {diff.numel()} results differ on aarch64"
+    for isa in cpp.runnable_isas()[1:] if cpp.X86 else ():
+        assert run([str(_probe("c++", tmp_path / isa.name, *isa.flags))], f"{isa.name}.out") == host, isa.name
+    n = x.numel()
+    maps = torch.frombuffer(bytearray(host[: 3 * 4 * n]), dtype=torch.float32).view(3, n)
+    for row, name in zip(maps, ("exp", "gelu", "swish")):
+        assert torch.equal(ext("scalar").vec_map(x, name), row), name

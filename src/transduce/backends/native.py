@@ -35,21 +35,23 @@ from .spec import LinearSpec, NormSpec, TransformerSpec, spec_of, unsupported, v
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
 HEADERS = tuple(SOURCE.with_name(name) for name in ("int8_gemm.h", "int8_step.h", "vecmath.h"))
+# -ffp-contract=off: the compiler fuses no multiply-add of its own, so every level computes the same bits
+# (vecmath.h); no -ffast-math, which would reorder sums and assume no infinities (the step masks with -inf).
+NUMERICS_FLAGS = ("-O3", "-ffp-contract=off")
 
 
 @functools.cache
 def extension(isa: str | None = None):
     """The compiled extension module for the SIMD level ``isa`` (None: the one :func:`cpp.chosen_isa`
-    picks), or None (with a warning saying why) if it cannot be built. -ffp-contract=off: the compiler
-    fuses no multiply-add of its own, so every level computes the same bits (vecmath.h); hidden symbols:
-    builds of two levels loaded in one process (tests) never call into each other."""
+    picks), or None (with a warning saying why) if it cannot be built. :data:`NUMERICS_FLAGS`, and hidden
+    symbols: builds of two levels loaded in one process (tests) never call into each other."""
     return build(
         "transduce_native_step",
         SOURCE,
         "the C++ decoder step",
         "decoding uses the Python step",
         headers=HEADERS,
-        flags=("-O3", "-fopenmp", "-ffp-contract=off", "-fvisibility=hidden", "-fvisibility-inlines-hidden"),
+        flags=(*NUMERICS_FLAGS, "-fopenmp", "-fvisibility=hidden", "-fvisibility-inlines-hidden"),
         ldflags=("-fopenmp",),
         isa=isa,
     )
