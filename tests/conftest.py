@@ -92,7 +92,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 def _cpu_paths_summary(terminalreporter) -> None:
     """One line: the CPU, and for each SIMD level of the C++ step how many of its tests passed or failed
-    (levels the CPU lacks are named as not run), and aarch64 when its build ran under emulation."""
+    (levels the CPU lacks are named as not run), the AVX-512 code when it ran on SIMDe's intrinsics, and
+    aarch64 when its build ran under emulation."""
     from transduce import cpp
 
     counts: dict[str, dict[str, int]] = {}
@@ -104,10 +105,11 @@ def _cpu_paths_summary(terminalreporter) -> None:
             if "under_emulation" in nodeid:
                 counts.setdefault("aarch64 under qemu-user", {}).setdefault(outcome, 0)
                 counts["aarch64 under qemu-user"][outcome] += 1
-            for isa in cpp.ISAS:  # parameters look like [avx2] or [gelu-avx2]
-                if f"[{isa.name}]" in nodeid or f"-{isa.name}]" in nodeid:
-                    counts.setdefault(isa.name, {}).setdefault(outcome, 0)
-                    counts[isa.name][outcome] += 1
+            for name in (*(isa.name for isa in cpp.ISAS), "avx512vnni-simde"):  # [avx2], [gelu-avx2]
+                if f"[{name}]" in nodeid or f"-{name}]" in nodeid:
+                    label = name.replace("-simde", " under SIMDe")
+                    counts.setdefault(label, {}).setdefault(outcome, 0)
+                    counts[label][outcome] += 1
     if not counts:
         return
     cpu = next((ln.partition(":")[2].strip() for ln in _cpuinfo() if ln.startswith("model name")), "unknown CPU")

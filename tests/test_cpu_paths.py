@@ -2,12 +2,16 @@
 
 ``scalar`` runs everywhere; ``avx2``, ``avx512`` and ``avx512vnni`` run where the CPU has them, each forced
 below the CPU's best as well. Each level is checked against exact references (float64), and every level
-against ``scalar`` bit for bit: vecmath.h's functions, the int8 GEMM, and whole int8 beam searches. The
-summary of ``make test`` names the levels that ran (conftest.py).
+against ``scalar`` bit for bit: vecmath.h's functions, the int8 GEMM, and whole int8 beam searches. On a
+CPU without AVX-512, ``avx512vnni-simde`` runs the AVX-512 and VNNI code anyway, each intrinsic replaced by
+SIMDe's portable implementation (tests/cpp/simde/levels.h), against the same checks. The summary of
+``make test`` names the levels that ran (conftest.py).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import shutil
 import subprocess
@@ -22,14 +26,35 @@ from transduce.decode.search import beam_search
 from transduce.model import ModelConfig, Transformer
 
 LEVELS = [isa.name for isa in cpp.runnable_isas()]
-SIMD = [name for name in LEVELS if name != "scalar"]
+SIMDE = Path(__file__).with_name("cpp") / "simde" / "levels.h"
+# The AVX-512 + VNNI code on a CPU without it: vecmath.h's AVX-512 functions and the VNNI GEMM (the avx512
+# level's other half, the AVX2 GEMM, runs natively as avx2).
+EMULATED = ["avx512vnni-simde"] if cpp.X86 and "avx512vnni" not in LEVELS else []
+SIMD = [name for name in LEVELS if name != "scalar"] + EMULATED
 LENGTHS = (1, 7, 15, 16, 17, 31, 32, 33, 300, 8000)  # every tail of 8- and 16-lane loops
 
 
 def ext(level: str):
-    built = native.extension(level)
+    built = _simde_extension() if level.endswith("-simde") else native.extension(level)
     assert built is not None, f"the {level} build failed (see the warning)"
     return built
+
+
+@functools.cache
+def _simde_extension():
+    """The decoder step built as for avx512vnni, its intrinsics SIMDe's (Debian's libsimde-dev)."""
+    if not Path("/usr/include/simde/x86/avx512.h").exists():
+        pytest.skip("needs SIMDe (Debian's libsimde-dev; .ci/run installs it)")
+    from torch.utils import cpp_extension
+
+    name = "transduce_native_step_avx512vnni_simde"
+    digest = hashlib.sha1(b"".join(p.read_bytes() for p in (*native.HEADERS, SIMDE))).hexdigest()[:12]
+    flags = [*native.NUMERICS_FLAGS, "-fopenmp", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
+    flags += ["-include", str(SIMDE), "-DSIMDE_NO_NATIVE", "-DTRANSDUCE_EMULATE_VNNI", f"-DTRANSDUCE_HEADERS={digest}"]
+    with cpp.builder_lock(Path(cpp_extension._get_build_directory(name, verbose=False))):
+        return cpp_extension.load(
+            name=name, sources=[str(native.SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"]
+        )
 
 
 def _rows(n: int, seed: int, scale: float = 6.0) -> torch.Tensor:
@@ -38,9 +63,9 @@ def _rows(n: int, seed: int, scale: float = 6.0) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", LEVELS + EMULATED)
 def test_each_level_reports_itself(level):
-    e = ext(level)
+    e, level = ext(level), level.removesuffix("-simde")
     assert e.vec_level() == ("avx512" if level.startswith("avx512") else level)
     assert e.has_vnni() == (level == "avx512vnni")
     assert e.has_avx2_kernel() == (level in ("avx2", "avx512"))
@@ -107,8 +132,7 @@ def test_int8_beam_search_is_the_same_on_every_level(level, activation):
     src[1, 6], src[1, 7:] = 3, 0  # a short sentence, right-padded
     runs = {}
     for name in ("scalar", level):
-        step = native.native_step(model, int8=True, isa=name)
-        assert step is not None
+        step = native.NativeStep(model, ext(name), int8=True)
         runs[name] = [[(h.tokens, h.logprob, h.score) for h in hs] for hs in beam_search(step, src, beam=4, nbest=4)]
     assert runs[level] == runs["scalar"]
 
