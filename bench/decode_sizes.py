@@ -71,11 +71,14 @@ def main() -> None:
     p.add_argument("--count-batch1", type=int, default=8, help="sentences at batch 1")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES), help="models to run")
     p.add_argument("--check-sentences", type=int, default=64, help="sentences check-backends decodes")
     args = p.parse_args()
     bench = str(Path(__file__).with_name("bench_decode.py"))
     print(f"## Decoding at base size ({machine()})\n")
     for shape, data in (("paper-base", args.base_data), ("opus-mt", args.opus_data)):
+        if shape not in args.shapes:
+            continue
         model = random_model(data, shape, args.out / shape)
         check = [sys.executable, "-m", "transduce", "check-backends", str(model), "--data", str(data)]
         print(run([*check, "--count", str(args.check_sentences)]).strip().splitlines()[0], "\n")
