@@ -49,8 +49,14 @@ def _simde_extension():
 
     name = "transduce_native_step_avx512vnni_simde"
     digest = hashlib.sha1(b"".join(p.read_bytes() for p in (*native.HEADERS, SIMDE))).hexdigest()[:12]
-    flags = [*native.NUMERICS_FLAGS, "-fopenmp", "-fvisibility=hidden", "-fvisibility-inlines-hidden"]
-    flags += ["-include", str(SIMDE), "-DSIMDE_NO_NATIVE", "-DTRANSDUCE_EMULATE_VNNI", f"-DTRANSDUCE_HEADERS={digest}"]
+    flags = [
+        *native.STEP_FLAGS,
+        "-include",
+        str(SIMDE),
+        "-DSIMDE_NO_NATIVE",
+        "-DTRANSDUCE_EMULATE_VNNI",
+        f"-DTRANSDUCE_HEADERS={digest}",
+    ]
     with cpp.builder_lock(Path(cpp_extension._get_build_directory(name, verbose=False))):
         return cpp_extension.load(
             name=name, sources=[str(native.SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"]

@@ -38,20 +38,21 @@ HEADERS = tuple(SOURCE.with_name(name) for name in ("int8_gemm.h", "int8_step.h"
 # -ffp-contract=off: the compiler fuses no multiply-add of its own, so every level computes the same bits
 # (vecmath.h); no -ffast-math, which would reorder sums and assume no infinities (the step masks with -inf).
 NUMERICS_FLAGS = ("-O3", "-ffp-contract=off")
+# and hidden symbols: builds of two levels loaded in one process (tests) never call into each other.
+STEP_FLAGS = (*NUMERICS_FLAGS, "-fopenmp", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
 
 
 @functools.cache
 def extension(isa: str | None = None):
     """The compiled extension module for the SIMD level ``isa`` (None: the one :func:`cpp.chosen_isa`
-    picks), or None (with a warning saying why) if it cannot be built. :data:`NUMERICS_FLAGS`, and hidden
-    symbols: builds of two levels loaded in one process (tests) never call into each other."""
+    picks), or None (with a warning saying why) if it cannot be built, with :data:`STEP_FLAGS`."""
     return build(
         "transduce_native_step",
         SOURCE,
         "the C++ decoder step",
         "decoding uses the Python step",
         headers=HEADERS,
-        flags=(*NUMERICS_FLAGS, "-fopenmp", "-fvisibility=hidden", "-fvisibility-inlines-hidden"),
+        flags=STEP_FLAGS,
         ldflags=("-fopenmp",),
         isa=isa,
     )
