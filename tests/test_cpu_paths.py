@@ -11,7 +11,6 @@ SIMDe's portable implementation (tests/cpp/simde/levels.h), against the same che
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import shutil
 import subprocess
@@ -45,22 +44,8 @@ def _simde_extension():
     """The decoder step built as for avx512vnni, its intrinsics SIMDe's (Debian's libsimde-dev)."""
     if not Path("/usr/include/simde/x86/avx512.h").exists():
         pytest.skip("needs SIMDe (Debian's libsimde-dev; .ci/run installs it)")
-    from torch.utils import cpp_extension
-
-    name = "transduce_native_step_avx512vnni_simde"
-    digest = hashlib.sha1(b"".join(p.read_bytes() for p in (*native.HEADERS, SIMDE))).hexdigest()[:12]
-    flags = [
-        *native.STEP_FLAGS,
-        "-include",
-        str(SIMDE),
-        "-DSIMDE_NO_NATIVE",
-        "-DTRANSDUCE_EMULATE_VNNI",
-        f"-DTRANSDUCE_HEADERS={digest}",
-    ]
-    with cpp.builder_lock(Path(cpp_extension._get_build_directory(name, verbose=False))):
-        return cpp_extension.load(
-            name=name, sources=[str(native.SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"]
-        )
+    flags = ("-include", str(SIMDE), "-DSIMDE_NO_NATIVE", "-DTRANSDUCE_EMULATE_VNNI")
+    return native.extension(cpp.Isa("avx512vnni_simde", flags=flags, includes=(SIMDE,)))
 
 
 def _rows(n: int, seed: int, scale: float = 6.0) -> torch.Tensor:

@@ -32,12 +32,14 @@ ISA_VARIABLE = "TRANSDUCE_CPU_ISA"
 
 @dataclass(frozen=True)
 class Isa:
-    """A SIMD level: its ``name``, the CPU flags it ``needs`` (as /proc/cpuinfo names them) and the
-    compiler ``flags`` that target it."""
+    """A SIMD level: its ``name``, the CPU flags it ``needs`` (as /proc/cpuinfo names them), the
+    compiler ``flags`` that target it and the files those flags force-include (``includes``: part of the
+    build's key, as the kernel's own headers are)."""
 
     name: str
     needs: tuple[str, ...] = ()
     flags: tuple[str, ...] = ()
+    includes: tuple[Path, ...] = ()
 
 
 _AVX2 = Isa("avx2", ("avx2", "fma"), ("-mavx2", "-mfma"))
@@ -95,10 +97,13 @@ def chosen_isa() -> tuple[Isa, str]:
     return top, why
 
 
-def isa_named(name: str | None) -> Isa:
-    """The level called ``name`` (None: :func:`chosen_isa`'s); an error if this CPU cannot run it."""
+def isa_named(name: str | Isa | None) -> Isa:
+    """The level called ``name`` (None: :func:`chosen_isa`'s); an error if this CPU cannot run it. An
+    :class:`Isa` is taken as it is (the tests' emulated levels: ``tests/test_cpu_paths.py``)."""
     if name is None:
         return chosen_isa()[0]
+    if isinstance(name, Isa):
+        return name
     for isa in runnable_isas():
         if isa.name == name:
             return isa
@@ -140,10 +145,10 @@ def build(
     headers: tuple[Path, ...] = (),
     flags: tuple[str, ...] = ("-O3", "-ffast-math"),
     ldflags: tuple[str, ...] = (),
-    isa: str | None = None,
+    isa: str | Isa | None = None,
 ):
     """The extension ``name`` compiled from ``source`` (which includes ``headers``) with ``flags`` for the
-    SIMD level ``isa`` (None: :func:`chosen_isa`'s), or None, with a warning naming ``what`` could not be
+    SIMD level ``isa`` (:func:`isa_named`), or None, with a warning naming ``what`` could not be
     built and the ``fallback`` that runs instead.
 
     The module is named ``{name}_{isa}``: one build per level in the cache. A define changes with the
@@ -154,7 +159,7 @@ def build(
     from torch.utils import cpp_extension
 
     level = isa_named(isa)
-    digest = hashlib.sha1(b"".join(h.read_bytes() for h in headers)).hexdigest()[:12]
+    digest = hashlib.sha1(b"".join(h.read_bytes() for h in (*headers, *level.includes))).hexdigest()[:12]
     module = f"{name}_{level.name}"
     try:
         with builder_lock(Path(cpp_extension._get_build_directory(module, verbose=False))):

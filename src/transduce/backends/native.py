@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..cpp import build
+from ..cpp import Isa, build
 from ..decode.search import TOPK_BLOCK
 from ..model import Transformer
 from ..model.cache import DecoderCache, LayerCache
@@ -43,9 +43,9 @@ STEP_FLAGS = (*NUMERICS_FLAGS, "-fopenmp", "-fvisibility=hidden", "-fvisibility-
 
 
 @functools.cache
-def extension(isa: str | None = None):
-    """The compiled extension module for the SIMD level ``isa`` (None: the one :func:`cpp.chosen_isa`
-    picks), or None (with a warning saying why) if it cannot be built, with :data:`STEP_FLAGS`."""
+def extension(isa: str | Isa | None = None):
+    """The compiled extension module for the SIMD level ``isa`` (:func:`cpp.isa_named`), or None (with a
+    warning saying why) if it cannot be built, with :data:`STEP_FLAGS`."""
     return build(
         "transduce_native_step",
         SOURCE,
