@@ -179,6 +179,15 @@ def _pad(rows: list[list[int]], pad: int) -> torch.Tensor:
     return torch.tensor([r + [pad] * (width - len(r)) for r in rows])  # (B, width)
 
 
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    """Each test leaves torch's intra-op thread count as it found it: the server, ``--threads`` and the
+    thread-scaling tests set their own."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """Path of a trained ``tiny`` en->fr model directory (see the module docstring)."""

@@ -5,7 +5,6 @@ limits, expiry, and no way out of the files folder."""
 import time
 
 import pytest
-import torch
 
 pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
 
@@ -21,12 +20,6 @@ from transduce.serve.service import Settings  # noqa: E402
 @pytest.fixture(scope="module")
 def translator(tiny_model_dir):
     return load(tiny_model_dir)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    yield
-    torch.set_num_threads(1)
 
 
 def upload(c, name, data, **fields):

@@ -9,7 +9,6 @@ import io
 import logging
 
 import pytest
-import torch
 
 pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
 pytest.importorskip("py3langid", reason="language identification needs py3langid")
@@ -59,12 +58,6 @@ def app_for(models, pairs, **kw):
 def document(translator, text):
     pieces = split_text(text, "en")
     return reassemble(pieces, translator.translate(sentences(pieces), beam=4))
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    yield
-    torch.set_num_threads(1)
 
 
 def test_fields_from_the_query_string_keys_ignored_when_off_unknown_fields_ignored(models, offline, caplog):

@@ -314,12 +314,6 @@ def test_page_and_attention_endpoint(specs, offline):
     assert empty == {"translation": "", "source_words": [], "target_words": [], "weights": []}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    yield
-    torch.set_num_threads(1)
-
-
 def test_a_model_that_fails_to_load_names_itself_and_the_others_keep_working(specs, tmp_path):
     model, vocabs, _ = load_model_dir(specs[0].path)
     broken = save_model_dir(tmp_path / "de-fr", model, vocabs, {"src_lang": "de", "tgt_lang": "fr"})

@@ -13,7 +13,6 @@ import shutil
 import warnings
 
 import pytest
-import torch
 
 httpx = pytest.importorskip("httpx", reason="server tests need httpx")
 pytest.importorskip("uvicorn", reason="server tests need uvicorn (the serve extra)")
@@ -139,4 +138,3 @@ def test_page_translates_and_shows_attention_on_hover(browser, tiny_model_dir, t
         assert "2001 characters exceed the limit of 2000" in browser.find_element(By.ID, "status").text
     finally:
         live.stop()
-        torch.set_num_threads(1)

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
 
@@ -24,12 +23,6 @@ SNIPPETS = ["<p>A man rides a <b>red</b> bike. Two men talk.</p>", "<ul><li>A do
 @pytest.fixture(scope="module")
 def translator(tiny_model_dir):
     return load(tiny_model_dir)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    yield
-    torch.set_num_threads(1)
 
 
 def metric(text: str, name: str) -> float:

@@ -23,12 +23,6 @@ def translator(tiny_model_dir):
     return load(tiny_model_dir)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    yield
-    torch.set_num_threads(1)
-
-
 def test_frontend_settings_and_spec(translator, tmp_path):
     with TestClient(create_app(translator, Settings(char_limit=500))) as c:
         settings = c.get("/frontend/settings").json()
