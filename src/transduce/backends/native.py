@@ -203,6 +203,9 @@ class NativeStep(nn.Module):
         if int8:
             model = for_decoding(model, "int8", torch.device("cpu"))
         self.model = model
+        emb = model.tgt_embed
+        # every step's position encoding, (max_positions, d_model): a row per step instead of a module call
+        self._positions = emb.positions(self.config.max_positions, 0).detach().to(emb.token.weight.dtype)
 
     @property
     def pytorch_model(self) -> nn.Module:
@@ -258,8 +261,9 @@ class NativeStep(nn.Module):
         keys/values, which go into the cache (it advances one position and takes a pending reorder). A
         :class:`HistoryCache` keeps them in C++."""
         t, L = cache.position, len(cache.layers)
-        emb = self.model.tgt_embed
-        positions = emb.positions(1, t).to(emb.token.weight.dtype)  # (1, d_model)
+        if t >= self._positions.size(0):
+            raise ValueError(f"position {t} exceeds max_positions={self._positions.size(0)}")
+        positions = self._positions[t : t + 1]  # (1, d_model)
         history = cache.history if isinstance(cache, HistoryCache) else None
         first = history is not None or cache.layers[0].self_k is None
         pending = getattr(cache, "pending", None)  # a plain DecoderCache reorders at once

@@ -552,12 +552,16 @@ std::vector<Tensor> Decoder::step_candidates(const Tensor& tokens, const Tensor&
   return top;
 }
 
+// The calls that decode (encode, step, step_candidates, the candidate selections, a linear map) release the
+// GIL: they touch no Python object, so a server's worker threads decode their batches on all cores at once.
+using NoGil = pybind11::call_guard<pybind11::gil_scoped_release>;
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("beam_candidates_fast", &beam_candidates_fast, "beam_candidates in loops (the int8 step)");
-  m.def("int8_linear", &int8_linear, "int8_gemm.h's y = x wᵀ + b (tests, benchmarks)");
+  m.def("beam_candidates_fast", &beam_candidates_fast, "beam_candidates in loops (the int8 step)", NoGil());
+  m.def("int8_linear", &int8_linear, "int8_gemm.h's y = x wᵀ + b (tests, benchmarks)", NoGil());
   m.def("has_vnni", &int8::has_vnni, "whether the AVX-512 VNNI int8 kernel is compiled in");
   m.def("has_avx2_kernel", &int8::has_avx2_kernel, "whether the AVX2 int8 kernel (no VNNI) is compiled in");
-  m.def("beam_candidates", &beam_candidates, "beam search's candidate selection after a decoder step");
+  m.def("beam_candidates", &beam_candidates, "beam search's candidate selection after a decoder step", NoGil());
   m.def("vec_gelu", &vec_gelu, "vecmath.h's GELU (tests)");
   m.def("vec_map", &vec_map, "vecmath.h's exp, gelu or swish, element-wise (tests)");
   m.def("vec_reduce", &vec_reduce, "vecmath.h's sum, sum_squares, dot or logsumexp of each row (tests)");
@@ -566,7 +570,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<Linear>(m, "Linear", pybind11::module_local())
       .def_static("floating", &Linear::floating, "a float map of w (out, in) as nn.Linear.weight, optional bias")
       .def_static("int8", &Linear::int8, "an int8 map (int8_gemm.h) of w (out, in) and an optional bias")
-      .def("__call__", &Linear::operator(), "y = x Wᵀ + b over the last dimension");
+      .def("__call__", &Linear::operator(), "y = x Wᵀ + b over the last dimension", NoGil());
   pybind11::class_<int8::History>(m, "History", pybind11::module_local())
       .def(pybind11::init<int64_t, int64_t>(), pybind11::arg("layers"), pybind11::arg("d_model"))
       .def_readonly("steps", &int8::History::t, "steps taken so far");
@@ -579,7 +583,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            pybind11::arg("token_weight"), pybind11::arg("embed_scale"), pybind11::arg("final_w"),
            pybind11::arg("final_b"), pybind11::arg("n_heads"), pybind11::arg("attn_scale"),
            pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("pad_id"), pybind11::arg("activation"))
-      .def("encode", &Encoder::encode, "the int8 encoder and the encoder-decoder keys/values");
+      .def("encode", &Encoder::encode, "the int8 encoder and the encoder-decoder keys/values", NoGil());
   pybind11::class_<Decoder>(m, "Decoder", pybind11::module_local())
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, Linear, Tensor, double, c10::optional<Tensor>,
                           c10::optional<Tensor>, int64_t, double, bool, double, const std::string&>(),
@@ -587,6 +591,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            pybind11::arg("token_weight"), pybind11::arg("embed_scale"), pybind11::arg("final_w"),
            pybind11::arg("final_b"), pybind11::arg("n_heads"), pybind11::arg("attn_scale"),
            pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("activation"))
-      .def("step", &Decoder::step, "one incremental Transformer decoder step")
-      .def("step_candidates", &Decoder::step_candidates, "the int8 step and beam search's candidate selection");
+      .def("step", &Decoder::step, "one incremental Transformer decoder step", NoGil())
+      .def("step_candidates", &Decoder::step_candidates, "the int8 step and beam search's candidate selection",
+           NoGil());
 }
