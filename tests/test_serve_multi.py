@@ -236,7 +236,7 @@ def test_api_keys_and_request_limits(specs, tmp_path):
 
 
 def test_metrics_count_requests_batches_and_models(specs):
-    app = create_app(specs, load=loader, budget_bytes=0)
+    app = create_app(specs, Settings(workers=1), load=loader, budget_bytes=0)  # one worker: a batch per request
     with TestClient(app) as c:
         for _ in range(2):
             c.post("/translate", json={"q": EN[:2], "source": "en", "target": "fr"})

@@ -1,14 +1,23 @@
-"""Dynamic batching: concurrent requests share one call of the translator.
+"""Dynamic batching on every core: concurrent requests share calls of the translator, run by several workers.
 
-One worker thread owns the translator. Requests wait in a queue; when the worker is free it
-takes the oldest request and, for at most ``wait_s`` more, gathers later requests with the
-same decoding options until ``batch_tokens`` source tokens or ``max_requests`` requests are
-reached. Under load the queue fills while the worker translates, so batches form without
-waiting at all; an idle server adds at most ``wait_s`` of latency.
+``workers`` threads share one translator (one copy of the weights). Requests wait in a queue. A free worker
+takes the oldest request's sentences, with those of later requests that have the same decoding options,
+up to its share of what is queued: the queued source tokens divided among the workers that are free, at
+most ``batch_tokens``, and at most ``max_requests`` requests. So a lone long text is split among the idle
+workers and decoded on all cores at once, and under load each worker's batch grows with the queue. A
+request is answered when the last of its sentences is done.
 
-The translator pads every sentence to a length that depends only on itself and batches
-sentences of one padded length (see :mod:`transduce.decode.translator`), so a sentence's
-translation does not depend on what it was batched with: served output equals offline output.
+No idle wait: a worker that finds the queue holding only the request it takes starts at once. The batching
+window ``wait_s`` applies only when other requests are queued, to let a batch gather company.
+
+Decoding releases Python's GIL in the C++ step (``backends/native_step.cpp``), so the workers run in
+parallel; each runs torch with the intra-op threads the server was given (one by default, one worker per
+core). Jobs that record attention (``exclusive``: word alignments for HTML, the page's attention) set state
+on the model's modules, so one of them runs alone on the model, with no other batch beside it.
+
+The translator pads every sentence to a length that depends only on itself and batches sentences of one
+padded length (see :mod:`transduce.decode.translator`), so a sentence's translation does not depend on what
+it was batched with, nor on which worker decoded it: served output equals offline output.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass
+@dataclass(eq=False)
 class Job:
     """One request: its sentences, the options that must match to share a batch, its size."""
 
@@ -31,6 +40,25 @@ class Job:
     tokens: int  # source tokens incl. eos, for the token budget
     sources: list = field(default_factory=list)  # the sentences encoded (source ids), one per sentence
     future: Future = field(default_factory=Future)
+    exclusive: bool = False  # runs alone on the model (it records attention on the model's modules)
+    taken: int = 0  # sentences handed to workers so far
+    done: int = 0  # sentences translated so far
+    results: list = field(default_factory=list)
+    failed: bool = False
+
+    def size(self, i: int) -> int:
+        """Source tokens of sentence ``i`` (at least 1, so an empty line still counts)."""
+        ids = self.sources[i] if i < len(self.sources) else None
+        return max(1, len(ids)) if ids is not None else 1
+
+
+@dataclass
+class Slice:
+    """Sentences ``start:end`` of a job, handed to one worker."""
+
+    job: Job
+    start: int
+    end: int
 
 
 @dataclass
@@ -39,38 +67,56 @@ class Stats:
     sentences: int = 0
     batches: int = 0
     max_requests_in_batch: int = 0
+    max_parallel: int = 0  # the most workers that decoded at once
 
 
 class Batcher:
-    """``submit`` jobs from any thread; ``translate(sentences, sources, key) -> list`` runs on the worker
+    """``submit`` jobs from any thread; ``translate(sentences, sources, key) -> list`` runs on the workers
     (``sources``: the jobs' encoded sentences, concatenated as the sentences are)."""
 
     def __init__(
-        self, translate, wait_s: float = 0.005, batch_tokens: int = 4096, max_requests: int = 64, on_batch=None
+        self,
+        translate,
+        wait_s: float = 0.005,
+        batch_tokens: int = 4096,
+        max_requests: int = 64,
+        on_batch=None,
+        workers: int = 1,
     ):
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
         self.translate, self.wait_s, self.on_batch = translate, wait_s, on_batch  # on_batch(requests, sentences)
-        self.batch_tokens, self.max_requests = batch_tokens, max_requests
+        self.batch_tokens, self.max_requests, self.workers = batch_tokens, max_requests, workers
         self.stats = Stats()
         self._jobs: deque[Job] = deque()
         self._cv = threading.Condition()
         self._stopping = False
-        self._busy = 0  # jobs taken by the worker and not yet answered
-        self._thread = threading.Thread(target=self._work, name="transduce-batcher", daemon=True)
+        self._busy = 0  # workers decoding now
+        self._exclusive = False  # an exclusive job is running
+        self._threads = [
+            threading.Thread(target=self._work, name=f"transduce-worker-{i}", daemon=True) for i in range(workers)
+        ]
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Finish every queued job, then end the worker."""
+        """Finish every queued job, then end the workers."""
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
-        self._thread.join(timeout)
+        for thread in self._threads:
+            thread.join(timeout)
 
     def submit(self, job: Job) -> Future:
         with self._cv:
             if self._stopping:
                 raise RuntimeError("the server is shutting down")
+            job.results = [None] * len(job.sentences)
+            if not job.sentences:
+                job.future.set_result([])
+                return job.future
             self._jobs.append(job)
             self._cv.notify_all()
         return job.future
@@ -81,63 +127,125 @@ class Batcher:
         with self._cv:
             return len(self._jobs) + self._busy
 
-    # ------------------------------------------------------------------ worker
-    def _select(self) -> list[Job]:
-        """The oldest job and the later ones that may join it (same options, within budget)."""
-        first, group, tokens = self._jobs[0], [], 0
-        for job in self._jobs:
-            if len(group) == self.max_requests:
-                break
-            if job.key == first.key and (not group or tokens + job.tokens <= self.batch_tokens):
-                group.append(job)
-                tokens += job.tokens
-        return group
+    # ------------------------------------------------------------------ workers
+    def _ready(self) -> bool:
+        """Whether a free worker may take the oldest job now."""
+        if not self._jobs or self._exclusive:
+            return False
+        return not self._jobs[0].exclusive or self._busy == 0
 
-    def _next_group(self) -> list[Job] | None:
-        with self._cv:
-            while not self._jobs:
-                if self._stopping:
-                    return None
-                self._cv.wait()
-            deadline = time.monotonic() + self.wait_s
-            while True:
-                group = self._select()
-                full = len(group) == self.max_requests or sum(j.tokens for j in group) >= self.batch_tokens
-                left = deadline - time.monotonic()
-                if full or left <= 0 or self._stopping:
-                    break
-                self._cv.wait(left)
-            for job in group:
+    def _share(self) -> int:
+        """The source tokens a free worker takes: what is queued with the oldest job's options, divided
+        among the free workers, within ``batch_tokens`` (all of it for an exclusive job)."""
+        first = self._jobs[0]
+        if first.exclusive:  # it runs alone: split, its parts would wait for each other
+            return self.batch_tokens
+        same = (job for job in self._jobs if job.key == first.key)
+        queued = sum(job.size(i) for job in same for i in range(job.taken, len(job.sentences)))
+        free = max(1, self.workers - self._busy)
+        return max(1, min(self.batch_tokens, -(-queued // free)))
+
+    def _take(self) -> list[Slice]:
+        """Sentences of the oldest job and of later ones with the same options, up to :meth:`_share`."""
+        first = self._jobs[0]
+        budget, tokens, slices = self._share(), 0, []
+        for job in list(self._jobs):
+            if job.failed:  # another batch of it failed: its answer is given
                 self._jobs.remove(job)
-            self._busy = len(group)
-            return group
+                continue
+            if job.key != first.key or job.exclusive != first.exclusive or len(slices) == self.max_requests:
+                continue
+            start = end = job.taken
+            while end < len(job.sentences) and (end == start and not slices or tokens + job.size(end) <= budget):
+                tokens += job.size(end)
+                end += 1
+            if end > start and start == 0 and not job.future.set_running_or_notify_cancel():  # timed out in queue
+                self._jobs.remove(job)
+                continue
+            if end > start:
+                slices.append(Slice(job, start, end))
+                job.taken = end
+            if job.taken == len(job.sentences):
+                self._jobs.remove(job)
+            if tokens >= budget:
+                break
+        return slices
+
+    def _next(self) -> list[Slice] | None:
+        with self._cv:
+            while True:
+                while not self._ready():
+                    if self._stopping and not self._jobs:
+                        return None
+                    self._cv.wait()
+                if len(self._jobs) > 1 and self.wait_s > 0:  # company is queued: let the batch gather more
+                    self._gather()
+                if not self._ready():
+                    continue
+                slices = self._take()
+                if not slices:
+                    continue
+                self._busy += 1
+                self._exclusive = slices[0].job.exclusive
+                self.stats.max_parallel = max(self.stats.max_parallel, self._busy)
+                if self._jobs:
+                    self._cv.notify_all()  # another free worker may take the rest
+                return slices
+
+    def _gather(self) -> None:
+        """Wait up to ``wait_s`` while the oldest job's batch is under its budget (the lock is held)."""
+        deadline = time.monotonic() + self.wait_s
+        while not self._stopping:
+            first = self._jobs[0]
+            same = [job for job in self._jobs if job.key == first.key]
+            queued = sum(job.tokens for job in same)
+            left = deadline - time.monotonic()
+            if len(same) >= self.max_requests or queued >= self.batch_tokens or left <= 0:
+                return
+            self._cv.wait(left)
+            if not self._jobs:
+                return
 
     def _work(self) -> None:
-        while (group := self._next_group()) is not None:
-            live = [job for job in group if job.future.set_running_or_notify_cancel()]  # drops timed-out jobs
+        while (slices := self._next()) is not None:
             try:
-                if live:
-                    self._run(live)
+                self._run(slices)
             finally:
                 with self._cv:
-                    self._busy = 0
+                    self._busy -= 1
+                    self._exclusive = False
+                    self._cv.notify_all()
 
-    def _run(self, jobs: list[Job]) -> None:
-        sentences = [s for job in jobs for s in job.sentences]
-        sources = [ids for job in jobs for ids in job.sources]
-        try:
-            results: list[Any] = self.translate(sentences, sources, jobs[0].key)
-        except BaseException as e:  # every waiting request learns of it
-            for job in jobs:
-                job.future.set_exception(e)
+    def _run(self, slices: list[Slice]) -> None:
+        live = [s for s in slices if not s.job.failed]
+        sentences = [x for s in live for x in s.job.sentences[s.start : s.end]]
+        sources = [x for s in live for x in s.job.sources[s.start : s.end]]
+        if not live:
             return
-        self.stats.requests += len(jobs)
-        self.stats.sentences += len(sentences)
-        self.stats.batches += 1
-        self.stats.max_requests_in_batch = max(self.stats.max_requests_in_batch, len(jobs))
+        try:
+            results: list[Any] = self.translate(sentences, sources, live[0].job.key)
+        except BaseException as e:  # every request of the batch learns of it
+            with self._cv:
+                for s in live:
+                    if not s.job.failed:
+                        s.job.failed = True
+                        s.job.future.set_exception(e)
+            return
+        finished = []
+        with self._cv:
+            at = 0
+            for s in live:
+                n = s.end - s.start
+                s.job.results[s.start : s.end] = results[at : at + n]
+                at += n
+                s.job.done += n
+                if s.job.done == len(s.job.sentences) and not s.job.failed:
+                    finished.append(s.job)
+            self.stats.requests += len(finished)
+            self.stats.sentences += len(sentences)
+            self.stats.batches += 1
+            self.stats.max_requests_in_batch = max(self.stats.max_requests_in_batch, len(live))
         if self.on_batch is not None:
-            self.on_batch(len(jobs), len(sentences))
-        start = 0
-        for job in jobs:
-            job.future.set_result(results[start : start + len(job.sentences)])
-            start += len(job.sentences)
+            self.on_batch(len(live), len(sentences))
+        for job in finished:
+            job.future.set_result(job.results)

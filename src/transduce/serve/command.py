@@ -19,7 +19,7 @@ from .files import FileStore, default_folder
 from .keys import Access, read_keys
 from .registry import ModelSpec, read_models
 from .server import create_app
-from .service import Settings
+from .service import Settings, usable_cores, worker_count
 from .suggestions import Store
 
 
@@ -54,7 +54,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
     add_backend_arguments(parser)
     parser.add_argument(
-        "--threads", type=int, default=lt_env("THREADS", None), help="torch intra-op threads (default: torch's)"
+        "--workers",
+        type=int,
+        default=d.workers,
+        help="batches decoded at once, each by a thread sharing the model's weights "
+        "(default 0: one per --threads of the cores this process may use)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=lt_env("THREADS", d.threads),
+        help="torch intra-op threads of each worker (default 1)",
     )
     parser.add_argument(
         "--memory-budget-mb",
@@ -139,7 +149,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body", type=int, default=d.max_body, help="request body bytes")
     parser.add_argument("--max-beam", type=int, default=d.max_beam)
     parser.add_argument("--timeout", type=float, default=d.timeout, help="seconds per request")
-    parser.add_argument("--wait-ms", type=float, default=d.wait_ms, help="batching window when idle")
+    parser.add_argument(
+        "--wait-ms",
+        type=float,
+        default=d.wait_ms,
+        help="how long a worker waits for more requests to batch, only when others are queued (default 5)",
+    )
     parser.add_argument("--batch-tokens", type=int, default=d.batch_tokens, help="source tokens per batch")
     parser.add_argument(
         "--max-batch-requests",
@@ -158,7 +173,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     s = Settings(**{key: getattr(args, key) for key in vars(Settings())})
     for key, value in vars(s).items():
-        if value < 0 or (value == 0 and key not in ("wait_ms", "char_limit")):
+        if value < 0 or (value == 0 and key not in ("wait_ms", "char_limit", "workers")):
             raise ValueError(f"--{key.replace('_', '-')} must be positive, got {value}")
     if s.beam > s.max_beam:
         raise ValueError(f"--beam {s.beam} is larger than --max-beam {s.max_beam}")
@@ -206,8 +221,12 @@ def run(args: argparse.Namespace) -> int:
     if args.file_expiry <= 0:
         raise ValueError(f"--file-expiry must be positive, got {args.file_expiry}")
     files = False if args.disable_files_translation else FileStore(args.files_dir or default_folder(), args.file_expiry)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(settings.threads)
+    print(
+        f"transduce serve: {worker_count(settings)} worker(s) x {settings.threads} thread(s) "
+        f"({usable_cores()} usable cores), sharing each model's weights",
+        flush=True,
+    )
     backend = backend_from_args(args)
     if args.model is not None:
         translator = load(args.model, device=args.device, backend=backend)

@@ -1,15 +1,17 @@
 """What both HTTP APIs share: limits, key checks, routing to a model, and running work on its batcher.
 
-Every use of a model goes through its :class:`~transduce.serve.batcher.Batcher` worker thread (one
-per loaded model), so translation, attention recording and HTML translation never run
-concurrently on one model. A batcher job's key is its options, a :class:`Search` or an
-:class:`Attention`; jobs batch together only when these are equal (HTML is a :class:`Search` with
-alignments, so the sentences of HTML snippets batch like text).
+Every use of a model goes through its :class:`~transduce.serve.batcher.Batcher` (one per loaded
+model), whose worker threads, one per core by default (:func:`worker_count`), decode batches in
+parallel on the one copy of the weights; attention recording and HTML translation (alignments) run
+alone on the model. A batcher job's key is its options, a :class:`Search` or an :class:`Attention`;
+jobs batch together only when these are equal (HTML is a :class:`Search` with alignments, so the
+sentences of HTML snippets batch like text).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 
 from ..decode.translator import SourceTooLong
@@ -28,11 +30,26 @@ class Settings:
     max_body: int = 1_000_000  # bytes
     max_beam: int = 16
     timeout: float = 60.0  # seconds per request, queueing included
-    wait_ms: float = 5.0  # how long an idle worker waits for company
+    wait_ms: float = 5.0  # how long a worker waits for company when other requests are queued (never when idle)
     batch_tokens: int = 4096  # source tokens per batch
     max_batch_requests: int = 64  # 1 = one request at a time
     beam: int = 4  # beam of the LibreTranslate API and the page (§6.1: 4)
     char_limit: int = 0  # characters per LibreTranslate request, all texts together (0: no limit)
+    workers: int = 0  # threads decoding at once, sharing each model's weights (0: cores // threads)
+    threads: int = 1  # torch intra-op threads of each worker
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, as taskset or a container's cpuset set it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def worker_count(settings: Settings) -> int:
+    """``settings.workers``, or by default one worker per ``settings.threads`` usable cores."""
+    return settings.workers or max(1, usable_cores() // settings.threads)
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,11 @@ class Search:
     alignments: bool | str = False  # "cover": word alignments for HTML tag placement
     alignment_layer: int | None = None
 
+    @property
+    def exclusive(self) -> bool:
+        """Alignments record attention on the model's modules: such a batch runs alone on the model."""
+        return bool(self.alignments)
+
 
 @dataclass(frozen=True)
 class Attention:
@@ -53,6 +75,7 @@ class Attention:
 
     beam: int = 4
     target_lang: str | None = None
+    exclusive = True  # it records attention on the model's modules: it runs alone on the model
 
 
 class Rejected(Exception):
@@ -161,7 +184,7 @@ class Service:
                 return []
             tokens = sum(len(ids) for ids in sources if ids is not None)
             try:
-                future = entry.batcher.submit(Job(sentences, job, tokens, sources))
+                future = entry.batcher.submit(Job(sentences, job, tokens, sources, exclusive=job.exclusive))
             except RuntimeError as e:
                 raise Rejected(503, str(e)) from None
             try:
@@ -198,6 +221,7 @@ def make_batcher_factory(settings: Settings, metrics):
             settings.batch_tokens,
             settings.max_batch_requests,
             on_batch=metrics.on_batch(spec.pair),
+            workers=worker_count(settings),
         )
 
     return make
