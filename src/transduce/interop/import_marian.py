@@ -6,7 +6,8 @@ interop/argos.py), a MarianMT directory (config.json, model.safetensors, source/
 Marian release (a .npz, decoder.yml, *.vocab.yml, source/target.spm) as a directory or a .zip, a URL of
 such a .zip, or a HuggingFace hub name (``Helsinki-NLP/opus-mt-en-de``, or ``opus-mt-en-de``); see
 interop/fetch.py. Nothing read executes code: safetensors, .npz without pickles, JSON and safe YAML.
-OPUS-MT models are the paper's base architecture.
+OPUS-MT models are the paper's base architecture. ``--out`` must be a new or empty folder, or (with ``--force``)
+a model directory to replace; the model is written to a temporary folder beside it and renamed into place.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..modeldir import save_model_dir
+from ..modeldir import CONFIG, save_model_dir
 from .fetch import DEFAULT_MODEL_CACHE, resolve
 from .marian import convert_release, read_marian_dir
 
@@ -26,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "release .zip, URL, or hub name",
     )
     parser.add_argument("--out", required=True, type=Path, help="transduce model directory to write")
+    parser.add_argument("--force", action="store_true", help="replace the model directory --out already holds")
     parser.add_argument(
         "--cache-dir",
         type=Path,
@@ -35,11 +37,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--revision", help="hub only: a branch, tag or commit (default: main)")
 
 
-def import_model(source: str | Path, cache_dir: Path = DEFAULT_MODEL_CACHE, revision: str | None = None):
+def import_model(
+    source: str | Path,
+    cache_dir: Path = DEFAULT_MODEL_CACHE,
+    revision: str | None = None,
+):
     """(model, vocabs, meta) for any SOURCE that ``transduce import`` takes."""
     from .argos import import_argos, is_argos_package
     from .marian_native import is_native_release, read_native_release
 
+    cache_dir = Path(cache_dir).expanduser()
     if is_argos_package(Path(source).expanduser()):
         return import_argos(source)
     directory = resolve(str(source), cache_dir, revision)
@@ -51,7 +58,20 @@ def import_model(source: str | Path, cache_dir: Path = DEFAULT_MODEL_CACHE, revi
     return model, vocabs, meta
 
 
+def check_out(out: Path, force: bool) -> None:
+    """Refuse, before anything is read or downloaded, an ``--out`` that is a file, a folder holding other
+    things, or (without ``--force``) a model directory already."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    if out.is_dir() and (out / CONFIG).is_file():
+        if not force:
+            raise ValueError(f"{out}: already holds a model; give --force to replace it, or another --out")
+        return
+    raise ValueError(f"{out}: exists and is not a model directory; give a new or empty folder as --out")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_out(args.out, args.force)
     model, vocabs, meta = import_model(args.source, args.cache_dir, args.revision)
     save_model_dir(args.out, model, vocabs, meta)
     cfg = model.config
