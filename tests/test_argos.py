@@ -586,6 +586,25 @@ def test_a_file_that_is_no_index_is_refused(offline, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+def test_a_download_shorter_than_announced_is_not_kept(tmp_path, monkeypatch):
+    """The byte count the server announced must arrive (a server that closes early without an error)."""
+    import io
+    import urllib.request
+
+    from transduce.interop.fetch import DownloadError, fetch_file
+
+    class Short(io.BytesIO):
+        headers = {"Content-Length": "100"}
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda request, timeout: Short(b"x" * 60))
+    with pytest.raises(DownloadError, match=r"cut short \(60 of 100 bytes\)"):
+        fetch_file("https://example.org/translate-en_fr-1_0.argosmodel", tmp_path / "kept" / "p.argosmodel")
+    assert left_behind(tmp_path) == []
+    Short.headers = {"Content-Length": "60"}
+    fetch_file("https://example.org/translate-en_fr-1_0.argosmodel", tmp_path / "kept" / "p.argosmodel")
+    assert left_behind(tmp_path) == ["kept/p.argosmodel"]
+
+
 def _corrupted(package: Path, out: Path) -> Path:
     """``package`` with one byte flipped in the middle of its largest member's compressed data."""
     with zipfile.ZipFile(package) as z:
