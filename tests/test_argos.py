@@ -305,10 +305,15 @@ def _write_model_bin(path: Path, ct2: CT2Model) -> None:
 
 
 @pytest.fixture
-def exported(fitted, tmp_path):
-    """An unpacked package exported from the tiny model: its folder."""
+def package(fitted, tmp_path):
+    """An .argosmodel exported from the tiny model (en -> fr)."""
     model, vocabs, meta, _ = fitted
-    package = export_argos(model, vocabs, tmp_path / "good.argosmodel", meta)
+    return export_argos(model, vocabs, tmp_path / "good.argosmodel", meta)
+
+
+@pytest.fixture
+def exported(package, tmp_path):
+    """An unpacked package exported from the tiny model: its folder."""
     return unpack(package, tmp_path / "good")
 
 
@@ -380,3 +385,266 @@ def test_malformed_packages_are_refused(exported, tmp_path):
     (tmp_path / "notzip.argosmodel").write_bytes(b"not a zip")
     with pytest.raises(ConfigError, match="not a zip archive"):
         import_argos(tmp_path / "notzip.argosmodel")
+
+
+# ----------------------------------------------------------------------------- by name, from a package index
+@pytest.fixture
+def offline(monkeypatch):
+    """Every download goes through urllib.request.urlopen: only file:// addresses may be opened, and
+    argostranslate's index setting from the environment is unset."""
+    import urllib.request
+
+    monkeypatch.delenv("ARGOS_PACKAGE_INDEX", raising=False)
+    real = urllib.request.urlopen
+    opened = []
+
+    def file_only(request, *args, **kwargs):
+        url = request.full_url if isinstance(request, urllib.request.Request) else request
+        assert url.startswith("file:"), f"a test tried to open {url}"
+        opened.append(url)
+        return real(request, *args, **kwargs)
+
+    monkeypatch.setattr(urllib.request, "urlopen", file_only)
+    return opened
+
+
+def index_entry(link: str, from_code: str = "en", to_code: str = "fr", version: str = "1.0", **more) -> dict:
+    """An entry as the published index writes them (argospm-index's index.json)."""
+    return {
+        "package_version": version,
+        "argos_version": "1.0",
+        "from_code": from_code,
+        "from_name": from_code,
+        "to_code": to_code,
+        "to_name": to_code,
+        "links": [link],
+        "code": f"translate-{from_code}_{to_code}",
+        **more,
+    }
+
+
+def write_index(path: Path, *entries: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(list(entries), indent=2))
+    return path
+
+
+def imports(capsys, *argv: str) -> tuple[int, str]:
+    """(exit status, stderr) of `transduce import ARGV`."""
+    capsys.readouterr()
+    status = main(["import", *argv])
+    return status, capsys.readouterr().err
+
+
+def left_behind(folder: Path) -> list[str]:
+    """The files under ``folder`` (none when it does not exist)."""
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_pair_by_name_imports_and_translates_as_its_package_file(
+    offline, fitted, package, sentences, tmp_path, capsys
+):
+    import hashlib
+
+    digest = hashlib.sha256(package.read_bytes()).hexdigest()
+    index = write_index(
+        tmp_path / "site" / "index.json",
+        index_entry(str(tmp_path / "absent-old.argosmodel"), version="0.9"),  # older: not chosen
+        index_entry("ipfs://QmNotFetched", "de", "en"),
+        index_entry(package.as_uri(), sha256=digest),
+    )
+    cache, by_name, by_file = tmp_path / "cache", tmp_path / "by-name", tmp_path / "by-file"
+    common = ["--argos-index", str(index), "--cache-dir", str(cache)]
+    assert imports(capsys, "argos:en-fr", *common, "--out", str(by_name)) == (0, "")
+    assert main(["import", str(package), "--out", str(by_file)]) == 0
+    assert offline == [package.as_uri()]  # the index is a local file: read, not downloaded
+    assert left_behind(cache) == ["argos/translate-en_fr-1_0.argosmodel"]
+
+    (a, avocabs, meta), (b, _, _) = load_model_dir(by_name), load_model_dir(by_file)
+    assert (meta["imported_from"], meta["argos_index"]) == ("argos:en-fr", index.resolve().as_uri())
+    assert (meta["src_lang"], meta["tgt_lang"], meta["argos_package_version"]) == ("en", "fr", "1.0")
+    assert a.state_dict().keys() == b.state_dict().keys()
+    assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
+    ours = [avocabs.tgt.decode(greedy(a, avocabs.src.encode(s))) for s in sentences]
+    assert ours == [avocabs.tgt.decode(greedy(b, avocabs.src.encode(s))) for s in sentences]
+    assert len(set(ours)) > 3
+
+    # an --out that holds a model is refused before the index is read
+    status, err = imports(capsys, "argos:en-fr", "--argos-index", str(tmp_path / "none.json"), "--out", str(by_name))
+    assert status == 2 and "already holds a model; give --force" in err
+
+    # the kept package is reused (its source is gone), under argospm's name for it too
+    package.rename(tmp_path / "moved.argosmodel")
+    assert imports(capsys, "argos:translate-en_fr", *common, "--out", str(by_name), "--force") == (0, "")
+    assert load_model_dir(by_name)[2]["imported_from"] == "argos:translate-en_fr"
+    assert len(offline) == 1
+
+    # a kept copy that no longer verifies is downloaded again
+    (tmp_path / "moved.argosmodel").rename(package)
+    kept = cache / "argos" / "translate-en_fr-1_0.argosmodel"
+    kept.write_bytes(kept.read_bytes()[:1000])
+    status, err = imports(capsys, "argos:en_fr", *common, "--out", str(tmp_path / "again"))
+    assert status == 0 and "downloading it again" in err and kept.read_bytes() == package.read_bytes()
+
+
+def test_the_index_option_takes_urls_and_folders_as_argostranslate_does(
+    offline, package, tmp_path, monkeypatch, capsys
+):
+    site = tmp_path / "site"
+    write_index(site / "index.json", index_entry("packages/en_fr.argosmodel"))  # relative to the index
+    (site / "packages").mkdir()
+    package.rename(site / "packages" / "en_fr.argosmodel")
+    folder_url = site.as_uri() + "/"  # as ARGOS_PACKAGE_INDEX is written: index.json is appended
+
+    for n, how in enumerate([["--argos-index", folder_url], ["--argos-index", str(site)], []]):
+        if not how:
+            monkeypatch.setenv("ARGOS_PACKAGE_INDEX", folder_url)
+        out, cache = tmp_path / f"m{n}", tmp_path / f"c{n}"
+        assert imports(capsys, "argos:en-fr", *how, "--cache-dir", str(cache), "--out", str(out)) == (0, "")
+        assert load_model_dir(out)[2]["argos_index"] == site.resolve().as_uri() + "/index.json"
+    kept_index = [p for p in left_behind(tmp_path / "c0") if p.startswith("argos/index-")]
+    assert len(kept_index) == 1 and kept_index[0].endswith(".json")
+
+    # the index's address unreadable: the copy kept before is used; with none kept, an error
+    (site / "index.json").unlink()
+    status, err = imports(capsys, "argos:en-fr", "--cache-dir", str(tmp_path / "c0"), "--out", str(tmp_path / "k"))
+    assert status == 0 and "using the copy of the index kept at" in err
+    status, err = imports(capsys, "argos:en-fr", "--cache-dir", str(tmp_path / "c9"), "--out", str(tmp_path / "x"))
+    assert status == 2 and "no copy of this index was kept" in err and not (tmp_path / "x").exists()
+
+
+def test_the_default_index_is_argostranslates(monkeypatch):
+    from transduce.interop.argos_index import DEFAULT_INDEX, index_address
+
+    monkeypatch.delenv("ARGOS_PACKAGE_INDEX", raising=False)
+    assert index_address() == DEFAULT_INDEX
+    assert index_address("https://example.org/mirror/") == "https://example.org/mirror/index.json"
+    spec = importlib.util.find_spec("argostranslate")
+    if spec is None:
+        pytest.skip("needs argostranslate (dev extra) to compare with")
+    settings = Path(spec.submodule_search_locations[0], "settings.py").read_text()  # read, not imported
+    assert f'default="{DEFAULT_INDEX.removesuffix("index.json")}"' in settings
+    assert 'remote_package_index = package_index + "index.json"' in settings
+
+
+def test_a_pair_the_index_lacks_is_an_error_naming_what_it_has(offline, tmp_path, capsys):
+    index = write_index(
+        tmp_path / "index.json",
+        *(
+            index_entry(f"file:///nowhere/{a}_{b}.argosmodel", a, b)
+            for a, b in [("en", "fr"), ("fr", "en"), ("en", "de")]
+        ),
+        {"type": "sbd", "from_code": "en", "to_code": "xx", "package_version": "1.0", "links": []},
+    )
+    out = tmp_path / "out"
+    for name, message in [
+        ("en-es", "from en it has: en-de, en-fr"),
+        ("translate-en_es", "from en it has: en-de, en-fr"),
+        ("eng-fra", "close: en-fr"),
+        ("xx-yy", "it has 3 pairs, from en, fr"),
+        ("en-xx", "from en it has: en-de, en-fr"),  # a sentence-splitter package is no translation package
+    ]:
+        status, err = imports(
+            capsys, f"argos:{name}", "--argos-index", str(index), "--cache-dir", str(tmp_path / "c"), "--out", str(out)
+        )
+        assert status == 2 and f"argos:{name}: no such translation package" in err and message in err, err
+    assert offline == [] and left_behind(tmp_path) == ["index.json"]
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        (
+            {"from_code": "en", "to_code": "fr"},
+            "entry 1 of 1 (en-fr): missing key 'package_version'; missing key 'links'",
+        ),
+        (index_entry("x.argosmodel", links=[]), "key 'links' is [], not a non-empty list"),
+        (index_entry("x.argosmodel", package_version=1.0), "key 'package_version' is 1.0, not a non-empty string"),
+        (
+            {"code": "translate-en_fr", "links": ["x"], "package_version": "1"},
+            "missing key 'from_code'; missing key 'to_code'",
+        ),
+        (index_entry("x.argosmodel", sha256="abc"), "key 'sha256' is 'abc', not 64 hexadecimal digits"),
+        (index_entry("ipfs://QmOnlyThere"), "no link to download (http, https, file) among ['ipfs://QmOnlyThere']"),
+    ],
+)
+def test_a_malformed_index_entry_is_refused_with_its_keys_named(offline, tmp_path, capsys, entry, message):
+    index = write_index(tmp_path / "index.json", entry)
+    where = ["--argos-index", str(index), "--cache-dir", str(tmp_path / "c")]
+    status, err = imports(capsys, "argos:translate-en_fr", *where, "--out", str(tmp_path / "o"))
+    assert status == 2 and message in err, err
+    assert offline == [] and left_behind(tmp_path) == ["index.json"]
+
+
+def test_a_file_that_is_no_index_is_refused(offline, tmp_path, capsys):
+    for text, message in [("{not json", "not valid JSON"), ('{"en": "fr"}', "expected a JSON list of packages")]:
+        (tmp_path / "index.json").write_text(text)
+        status, err = imports(
+            capsys, "argos:en-fr", "--argos-index", str(tmp_path / "index.json"), "--out", str(tmp_path / "o")
+        )
+        assert status == 2 and "not a package index" in err and message in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_download_shorter_than_announced_is_not_kept(tmp_path, monkeypatch):
+    """The byte count the server announced must arrive (a server that closes early without an error)."""
+    import io
+    import urllib.request
+
+    from transduce.interop.fetch import DownloadError, fetch_file
+
+    class Short(io.BytesIO):
+        headers = {"Content-Length": "100"}
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda request, timeout: Short(b"x" * 60))
+    with pytest.raises(DownloadError, match=r"cut short \(60 of 100 bytes\)"):
+        fetch_file("https://example.org/translate-en_fr-1_0.argosmodel", tmp_path / "kept" / "p.argosmodel")
+    assert left_behind(tmp_path) == []
+    Short.headers = {"Content-Length": "60"}
+    fetch_file("https://example.org/translate-en_fr-1_0.argosmodel", tmp_path / "kept" / "p.argosmodel")
+    assert left_behind(tmp_path) == ["kept/p.argosmodel"]
+
+
+def _corrupted(package: Path, out: Path) -> Path:
+    """``package`` with one byte flipped in the middle of its largest member's compressed data."""
+    with zipfile.ZipFile(package) as z:
+        info = max(z.infolist(), key=lambda i: i.compress_size)
+    data = bytearray(package.read_bytes())
+    name_length, extra_length = struct.unpack("<HH", data[info.header_offset + 26 : info.header_offset + 30])
+    at = info.header_offset + 30 + name_length + extra_length + info.compress_size // 2
+    data[at] ^= 0xFF
+    out.write_bytes(bytes(data))
+    return out
+
+
+def test_a_corrupt_truncated_or_mismatched_package_leaves_nothing(offline, package, tmp_path, capsys):
+    """Each bad download is refused before anything is kept or written: no output folder, no temporary folder
+    beside it, nothing kept in the cache."""
+    data = package.read_bytes()
+    (tmp_path / "cut.argosmodel").write_bytes(data[: len(data) * 2 // 3])
+    _corrupted(package, tmp_path / "flipped.argosmodel")
+    cases = [
+        (index_entry((tmp_path / "cut.argosmodel").as_uri()), "not a zip archive"),
+        (index_entry((tmp_path / "flipped.argosmodel").as_uri()), "corrupted zip"),
+        (index_entry(package.as_uri(), sha256="0" * 64), "but the index gives 0000"),
+        (index_entry(package.as_uri(), to_code="de"), "the package translates en-fr, but the index lists it as en-de"),
+        (index_entry((tmp_path / "absent.argosmodel").as_uri()), "download failed"),
+    ]
+    out, cache = tmp_path / "out" / "model", tmp_path / "cache"
+    for entry, message in cases:
+        index = write_index(tmp_path / "index.json", entry)
+        name = f"argos:{entry['from_code']}-{entry['to_code']}"
+        status, err = imports(capsys, name, "--argos-index", str(index), "--cache-dir", str(cache), "--out", str(out))
+        assert status == 2 and message in err and "no link gave the package" in err, err
+        assert not (tmp_path / "out").exists() and left_behind(cache) == [], left_behind(cache)
+
+    # a second link that serves the package is used when the first does not
+    good = index_entry((tmp_path / "cut.argosmodel").as_uri())
+    good["links"].append(package.as_uri())
+    index = write_index(tmp_path / "index.json", good)
+    status, err = imports(
+        capsys, "argos:en-fr", "--argos-index", str(index), "--cache-dir", str(cache), "--out", str(out)
+    )
+    assert (status, err) == (0, "")
+    assert load_model_dir(out)[2]["imported_from"] == "argos:en-fr"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["model"]  # no temporary folder beside it

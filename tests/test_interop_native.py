@@ -194,7 +194,7 @@ def test_import_by_zip_url_and_hub_name_without_network(release, tmp_path, monke
             z.write(p, p.name)
     cache = tmp_path / "cache"
     for source in (str(archive), archive.as_uri()):
-        assert main(["import", source, "--cache-dir", str(cache), "--out", str(tmp_path / "m")]) == 0
+        assert main(["import", source, "--cache-dir", str(cache), "--out", str(tmp_path / "m"), "--force"]) == 0
         got, _, meta = load_model_dir(tmp_path / "m")
         assert all(torch.equal(got.state_dict()[k], v) for k, v in expected.items())
     assert (cache / "downloads" / archive.name).is_file()
@@ -206,7 +206,7 @@ def test_import_by_zip_url_and_hub_name_without_network(release, tmp_path, monke
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
     for name in ("Helsinki-NLP/opus-mt-xx-yy", "opus-mt-xx-yy"):
-        assert main(["import", name, "--cache-dir", str(cache), "--out", str(tmp_path / "h")]) == 0
+        assert main(["import", name, "--cache-dir", str(cache), "--out", str(tmp_path / "h"), "--force"]) == 0
         hub_model, _, meta = load_model_dir(tmp_path / "h")
         assert meta["imported_from"] == name
         assert all(torch.equal(hub_model.state_dict()[k], v) for k, v in expected.items())
@@ -221,6 +221,30 @@ def test_import_by_zip_url_and_hub_name_without_network(release, tmp_path, monke
     with pytest.raises(ValueError, match="outside its directory"):
         import_model(evil, cache)
     assert not (tmp_path / "escaped.txt").exists()
+
+
+def test_import_refuses_an_out_that_holds_something_before_reading_the_source(tmp_path, capsys):
+    """A model directory is replaced only with --force; a folder holding anything else never is. The check comes
+    before the source is read (here it does not exist, so passing the check gives the source's error)."""
+    held = tmp_path / "model"
+    held.mkdir()
+    (held / "config.toml").write_text("[model]\n")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "keep.txt").write_text("mine")
+    (tmp_path / "empty").mkdir()
+    missing = str(tmp_path / "no-such-release")
+    for out, force, message in [
+        (held, [], "already holds a model; give --force"),
+        (notes, ["--force"], "exists and is not a model directory"),
+        (notes / "keep.txt", ["--force"], "exists and is not a model directory"),
+        (held, ["--force"], "no-such-release: no such directory"),
+        (tmp_path / "empty", [], "no-such-release: no such directory"),
+    ]:
+        capsys.readouterr()
+        assert main(["import", missing, "--out", str(out), *force]) == 2
+        assert message in capsys.readouterr().err, (out, force)
+    assert (notes / "keep.txt").read_text() == "mine" and (held / "config.toml").read_text() == "[model]\n"
 
 
 @pytest.fixture(scope="module")

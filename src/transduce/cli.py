@@ -36,7 +36,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "import": (
         "transduce.import_model",
-        "import an Argos Translate package, or an OPUS-MT or MarianMT model: a directory, a release .zip, a hub name",
+        "import an Argos Translate package (a file, or argos:FROM-TO from its index), or an OPUS-MT or MarianMT "
+        "model: a directory, a release .zip, a hub name",
     ),
     "check-backends": ("transduce.check_backends", "score int8 decoding against fp32 and record it in the model dir"),
     "recipe": ("transduce.recipe", "prepare, train, average and evaluate from one recipe TOML"),

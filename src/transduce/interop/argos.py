@@ -90,21 +90,28 @@ def extract(archive: Path, out: Path) -> Path:
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
+    """A package folder's ``metadata.json``, checked as :func:`parse_metadata` does."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing (an Argos package holds metadata.json)")
+    return parse_metadata(path.read_bytes(), str(path))
+
+
+def parse_metadata(raw: bytes, where: str) -> dict[str, Any]:
+    """The JSON object of a ``metadata.json`` (read from ``where``): its REQUIRED_KEYS strings, a translation
+    package without a target prefix; every problem named in one error."""
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads(raw.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+        raise ConfigError(f"{where}: not valid JSON ({e})") from None
     if not isinstance(meta, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
+        raise ConfigError(f"{where}: expected a JSON object")
     problems = [f"missing key {key!r}" for key in REQUIRED_KEYS if not isinstance(meta.get(key), str)]
     if meta.get("type", "translate") != "translate":
         problems.append(f"key 'type' is {meta['type']!r}: only translation packages ('translate') import")
     if meta.get("target_prefix"):
         problems.append(f"key 'target_prefix' is {meta['target_prefix']!r}: target prefixes are not supported")
     if problems:
-        raise ConfigError(f"{path}: " + "; ".join(problems))
+        raise ConfigError(f"{where}: " + "; ".join(problems))
     return meta
 
 

@@ -13,6 +13,7 @@ are checked to stay inside their directory before anything is written.
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from ..data.corpora import DEFAULT_CACHE
@@ -29,6 +31,7 @@ HUB_ORG = "Helsinki-NLP"  # where OPUS-MT's MarianMT conversions live on the hub
 HUB_FILES = ["*.json", "*.spm", "*.safetensors", "*.yml", "README.md"]  # never *.bin, *.h5, *.msgpack (pickles…)
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 DEFAULT_MODEL_CACHE = Path(DEFAULT_CACHE) / "models"
+USER_AGENT = "transduce"
 
 
 def resolve(source: str, cache_dir: Path = DEFAULT_MODEL_CACHE, revision: str | None = None) -> Path:
@@ -86,21 +89,41 @@ def _url_stem(url: str) -> str:
     return re.sub(r"[^\w.-]", "_", stem.removesuffix(".zip"))
 
 
+class DownloadError(ValueError):
+    """A download failed: the address could not be read, or it sent fewer bytes than it announced."""
+
+
 def download(url: str, directory: Path) -> Path:
     """Fetch ``url`` (http, https or file) into ``directory`` once; a partial download is never left as the file."""
     name = Path(urllib.parse.urlparse(url).path).name or "download.zip"
     out = directory / name
     if out.is_file():
         return out
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
+    return fetch_file(url, out)
+
+
+def fetch_file(url: str, out: Path, check: Callable[[Path], object] | None = None) -> Path:
+    """Fetch ``url`` (http, https or file) to ``out`` through a temporary file beside it, replacing ``out`` only
+    once the byte count the server announced has arrived and ``check(temporary file)`` has returned (it raises
+    to refuse the file)."""
+    request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     try:
-        with os.fdopen(fd, "wb") as f, urllib.request.urlopen(url, timeout=60) as response:
-            shutil.copyfileobj(response, f)
+        try:
+            with os.fdopen(fd, "wb") as f, urllib.request.urlopen(request, timeout=60) as response:
+                announced = response.headers.get("Content-Length")
+                shutil.copyfileobj(response, f)
+                received = f.tell()
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+            raise DownloadError(f"{url}: download failed ({getattr(e, 'reason', e)})") from None
+        if announced is not None and announced.isdigit() and int(announced) != received:
+            raise DownloadError(f"{url}: download cut short ({received} of {announced} bytes)")
+        if check is not None:
+            check(Path(tmp))
         os.replace(tmp, out)
-    except (urllib.error.URLError, OSError) as e:
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise ValueError(f"{url}: download failed ({getattr(e, 'reason', e)})") from None
     return out
 
 
