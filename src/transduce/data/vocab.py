@@ -25,6 +25,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+BATCH_ENCODE = 64  # sentences from which sentencepiece's threaded batch encoding pays (encode_batch)
 
 
 class Vocab:
@@ -102,8 +103,12 @@ class Vocab:
         return self.sp.encode(self.normalize(text))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Normalise and encode sentences."""
-        return self.sp.encode([self.normalize(t) for t in texts])
+        """Normalise and encode sentences: one by one below :data:`BATCH_ENCODE` of them, where sentencepiece's
+        batch call (which starts threads) costs more than it saves (~0.5 ms for one sentence against 15 µs)."""
+        normalized = [self.normalize(t) for t in texts]
+        if len(normalized) < BATCH_ENCODE:
+            return [self.sp.encode(t) for t in normalized]
+        return self.sp.encode(normalized)
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text; special tokens are dropped."""

@@ -286,6 +286,13 @@ class ModelPool:
                 self.loads += 1
                 return self._use(entry)
 
+    def acquire_loaded(self, spec: ModelSpec) -> Loaded | None:
+        """The model of ``spec`` marked in use if it is in memory, else None (then :meth:`acquire` loads it): no
+        wait, so a request for a loaded model needs no thread of its own."""
+        with self._lock:
+            entry = self.loaded.get(spec.name)
+            return self._use(entry) if entry is not None else None
+
     def release(self, entry: Loaded) -> None:
         with self._lock:
             entry.users -= 1

@@ -173,7 +173,7 @@ class Service:
     async def run(self, spec: ModelSpec, sentences: list[str], job: Search | Attention, field: str = "text") -> list:
         """Queue ``sentences`` on the model's batcher (loading the model if needed) and await the results."""
         try:
-            entry = await asyncio.to_thread(self.pool.acquire, spec)
+            entry = self.pool.acquire_loaded(spec) or await asyncio.to_thread(self.pool.acquire, spec)
         except PoolFull as e:
             raise Rejected(503, str(e), 5.0) from None
         except Exception as e:  # noqa: BLE001 - a broken model directory: say which, keep serving the others
