@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..cpp import Isa, build
-from ..decode.search import TOPK_BLOCK
+from ..decode.search import TOPK_BLOCK, ids_tensor
 from ..model import Transformer
 from ..model.cache import DecoderCache, LayerCache
 from ..model.transformer import Encoded
@@ -237,7 +237,7 @@ class NativeStep(nn.Module):
 
     def beam_candidates(self, logits: Tensor, scores: Tensor, forced: list[int], k2: int, want: int):
         """Beam search's candidate selection in one C++ call, the same ops as ``search._candidates``."""
-        rows = torch.tensor(forced, dtype=torch.long) if forced else self._no_rows
+        rows = ids_tensor(forced, torch.device("cpu")) if forced else self._no_rows
         if self.int8:  # loops with their own fp32 rounding: the int8 step approximates fp32 anyway
             return self.ext.beam_candidates_fast(logits, scores, rows, k2, want, self.config.eos_id)
         return self.ext.beam_candidates(logits, scores, rows, k2, want, self.config.eos_id, TOPK_BLOCK)
@@ -251,7 +251,7 @@ class NativeStep(nn.Module):
         """``decode_step`` then ``beam_candidates`` in one C++ call (int8 only): the step's logits go straight
         into each row's log Σ exp and best tokens as they are made, never written out (``int8_step.h``:
         ``best_of_projection``). Returns (top_val, top_row, top_tok), each (slots, c)."""
-        rows = torch.tensor(forced, dtype=torch.long) if forced else self._no_rows
+        rows = ids_tensor(forced, torch.device("cpu")) if forced else self._no_rows
         k2, eos = min(want, self.vocab), self.config.eos_id
         out = self._step(lambda *a: self.decoder.step_candidates(*a, scores, rows, k2, want, eos), tokens, cache)
         return out[0], out[1], out[2]

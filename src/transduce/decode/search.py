@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -58,6 +59,21 @@ class _Batch:
         """Pad with ghosts until slots × ``rows`` (decoder rows per slot) is a multiple of ROW_MULTIPLE."""
         multiple = ROW_MULTIPLE // math.gcd(rows, ROW_MULTIPLE)  # beam 4: none after the first step
         return cls(sentences + [sentences[0]] * (-len(sentences) % multiple), len(sentences))
+
+
+def ids_tensor(values: list[int], device: torch.device) -> Tensor:
+    """A long tensor (n,) of ``values``; on the CPU through numpy, 3× faster than ``torch.tensor`` for the short
+    lists a beam step makes (10 µs against 3 µs, several times a step)."""
+    if device.type == "cpu":
+        return torch.from_numpy(np.array(values, dtype=np.int64))
+    return torch.tensor(values, dtype=torch.long, device=device)
+
+
+def _scores_tensor(values: list[list[float]], device: torch.device) -> Tensor:
+    """A float32 tensor (slots, k) of the live beams' scores (each read from a float32 tensor: exact)."""
+    if device.type == "cpu":
+        return torch.from_numpy(np.array(values, dtype=np.float32))
+    return torch.tensor(values, dtype=torch.float32, device=device)
 
 
 def _start(model, src: Tensor, beam: int):
@@ -264,13 +280,13 @@ def beam_search(
         next_tok += next_tok[:beam] * ghosts
         next_scores += next_scores[:1] * ghosts
         sentences = keep_slots + [keep_slots[0]] * ghosts
-        row_idx = torch.tensor(next_rows, device=dev)
+        row_idx = ids_tensor(next_rows, dev)
         # no sentence left (ghosts always hold slot 0's encoder side): the encoder-side tensors stay as they are
         same = keep_slots == list(range(batch.real)) and len(new.slots) == len(batch.slots)
-        cache.reorder(row_idx, sentences=None if same else torch.tensor(sentences, device=dev), beam=beam)
+        cache.reorder(row_idx, sentences=None if same else ids_tensor(sentences, dev), beam=beam)
         paths = [paths[row] + [tok] for row, tok in zip(next_rows, next_tok)]  # new lists: finished ones keep theirs
-        scores = torch.tensor(next_scores, device=dev)  # (slots', k)
-        tokens = torch.tensor(next_tok, dtype=torch.long, device=dev)
+        scores = _scores_tensor(next_scores, dev)  # (slots', k)
+        tokens = ids_tensor(next_tok, dev)
         batch, t = new, t + 1
 
 
