@@ -214,3 +214,18 @@ def test_cli_binds_localhost_by_default_and_checks_settings(tiny_model_dir, caps
     assert main(["serve", "--model", str(tiny_model_dir), "--max-sentences", "0"]) == 2
     assert "--max-sentences" in capsys.readouterr().err
     assert srv.Settings().max_batch_requests > 1
+
+
+def test_workers_default_to_one_per_usable_core(tiny_model_dir, capsys, monkeypatch):
+    """By default one worker of one thread per core of the affinity mask; --threads 2 halves the workers."""
+    from transduce.serve import service
+
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: None)
+    monkeypatch.setattr(service, "usable_cores", lambda: 4)
+    assert service.worker_count(Settings()) == 4 and service.worker_count(Settings(threads=2)) == 2
+    assert service.worker_count(Settings(workers=3, threads=2)) == 3
+    assert main(["serve", "--model", str(tiny_model_dir)]) == 0
+    assert "4 worker(s) x 1 thread(s)" in capsys.readouterr().out
+    assert torch.get_num_threads() == 1
+    assert main(["serve", "--model", str(tiny_model_dir), "--workers", "-1"]) == 2
+    assert "--workers must not be negative, got -1" in capsys.readouterr().err

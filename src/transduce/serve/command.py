@@ -173,8 +173,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     s = Settings(**{key: getattr(args, key) for key in vars(Settings())})
     for key, value in vars(s).items():
-        if value < 0 or (value == 0 and key not in ("wait_ms", "char_limit", "workers")):
-            raise ValueError(f"--{key.replace('_', '-')} must be positive, got {value}")
+        zero = key in ("wait_ms", "char_limit", "workers")  # 0: no window, no limit, one worker per core
+        if value < 0 or (value == 0 and not zero):
+            must = "must not be negative" if zero else "must be positive"
+            raise ValueError(f"--{key.replace('_', '-')} {must}, got {value}")
     if s.beam > s.max_beam:
         raise ValueError(f"--beam {s.beam} is larger than --max-beam {s.max_beam}")
     for key in ("memory_budget_mb", "key_limit", "req_limit"):
