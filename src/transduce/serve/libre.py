@@ -54,25 +54,37 @@ def check_size(service: Service, texts: list[str], key_char_limit: int = 0) -> N
         raise Rejected(413, f"Invalid request: request ({chars} characters) exceeds the text limit of {limit}")
 
 
+def distinct(best: str, others: list[str]) -> list[str]:
+    """Alternatives as LibreTranslate answers them: each once, none empty or equal to the translation."""
+    return [t for t in dict.fromkeys(others) if t and t != best]
+
+
+def check_sentences(service: Service, sentences: list[str]) -> None:
+    """Each sentence of whole texts within ``--max-chars`` (413 naming the sentence)."""
+    for i, sentence in enumerate(sentences):
+        if len(sentence) > service.settings.max_chars:
+            raise Rejected(
+                413,
+                f"field 'q': sentence {i + 1} has {len(sentence)} characters, over the limit of "
+                f"{service.settings.max_chars} (--max-chars)",
+            )
+
+
 async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: int) -> list[list[str]]:
-    """Each text through ``hops``: best first, then ``nbest - 1`` alternatives (sentence by sentence)."""
+    """Each text through ``hops``: best first, then ``nbest - 1`` alternatives (sentence by sentence).
+    Sentences with nothing to translate skip the model, and none is lost (:mod:`~transduce.serve.texts`)."""
     beam = max(service.settings.beam, nbest)
     current = texts
     for k, hop in enumerate(hops):
         last = k == len(hops) - 1
         parts = split(current, langid.base_language(hop.source))
-        for i, sentence in enumerate(parts.sentences):
-            if len(sentence) > service.settings.max_chars:
-                raise Rejected(
-                    413,
-                    f"field 'q': sentence {i + 1} has {len(sentence)} characters, over the limit of "
-                    f"{service.settings.max_chars} (--max-chars)",
-                )
+        check_sentences(service, parts.sentences)
         n = nbest if last else 1
-        results = await service.translate(
-            hop.spec, parts.sentences, beam, nbest=n, field="q", target_lang=hop.target_lang, count=False
+        wanted = parts.to_translate
+        results = wanted and await service.translate(
+            hop.spec, wanted, beam, nbest=n, field="q", target_lang=hop.target_lang, count=False
         )
-        ranked = [[h.text for h in r] if isinstance(r, list) else [r.text] for r in results]
+        ranked = parts.fill([[h.text for h in r] if isinstance(r, list) else [r.text] for r in results])
         if not last:
             current = parts.join([r[0] for r in ranked])
             continue
@@ -146,7 +158,7 @@ async def translate(service: Service, request: Request) -> dict:
             outputs[i], routes[i] = out, [h.pair for h in hops]
     answer: dict[str, Any] = {"translatedText": [o[0] for o in outputs] if batch else outputs[0][0]}
     if alternatives:
-        alts = [o[1:] for o in outputs]  # empty for html: no alternatives of markup
+        alts = [distinct(o[0], o[1:]) for o in outputs]  # empty for html: no alternatives of markup
         answer["alternatives"] = alts if batch else alts[0]
     if source == "auto":
         found = [{"language": s, "confidence": round(c, 1)} for s, c in detected]

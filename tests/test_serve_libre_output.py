@@ -1,0 +1,70 @@
+"""What the LibreTranslate API answers where a model would lose or mangle text: no sentence of a text lost to
+an empty translation, text with nothing to translate kept as it is and never sent to the model.
+
+Model: the trained ``tiny_translator`` (en->fr) behind :class:`Recorded`, which notes every sentence the server
+sends it and answers chosen sentences with a chosen output (an empty one, as a model whose first token is
+``</s>``).
+"""
+
+import pytest
+
+pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from transduce.serve.server import create_app  # noqa: E402
+
+
+class Recorded:
+    """A translator that passes everything to ``real`` and notes the sentences translated; a sentence in
+    ``forced`` gets that output (every hypothesis of it) instead of the model's."""
+
+    def __init__(self, real, forced: dict[str, str] | None = None):
+        self.real, self.forced, self.seen = real, forced or {}, []
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def translate(self, sentences, **options):
+        self.seen += sentences
+        results = self.real.translate(sentences, **options)
+        for sentence, result in zip(sentences, results):
+            for hypothesis in result if isinstance(result, list) else [result]:
+                hypothesis.text = self.forced.get(sentence, hypothesis.text)
+        return results
+
+
+def client(translator) -> TestClient:
+    return TestClient(create_app(translator, name="tiny"))
+
+
+def test_a_sentence_translated_to_nothing_comes_back_as_its_source(tiny_translator):
+    """Rule: a sentence whose translation has no letter or digit (empty, or a lone mark) is answered with the
+    source sentence, in the best translation and in every alternative; the other sentences are translated."""
+    model = Recorded(tiny_translator, {"Yes.": "", "No.": "."})
+    text = "Is it so? Yes. Really? No."
+    first, third = (tiny_translator.translate([s], beam=4)[0] for s in ("Is it so?", "Really?"))
+    with client(model) as c:
+        r = c.post("/translate", json={"q": text, "source": "en", "target": "fr", "alternatives": 1})
+        assert r.status_code == 200, r.text
+        assert r.json()["translatedText"] == f"{first} Yes. {third} No."
+        (alternative,) = r.json()["alternatives"]
+        assert " Yes. " in alternative and alternative.endswith(" No.")
+    assert model.seen == ["Is it so?", "Yes.", "Really?", "No."]
+
+
+def test_text_with_nothing_to_translate_is_kept_and_not_sent_to_the_model(tiny_translator):
+    """Emoji, numbers, punctuation, a bare URL or e-mail address: no letter to translate (or an address), so
+    the text comes back as sent and the model never sees it; in a text, only such sentences are kept."""
+    model = Recorded(tiny_translator)
+    kept = ["🙂👍", "12:30 – 14:00", "...!?", "https://example.org/a.html?b=1", "mail@example.org", "www.example.org"]
+    with client(model) as c:
+        r = c.post("/translate", json={"q": kept, "source": "en", "target": "fr"})
+        assert r.status_code == 200 and r.json() == {"translatedText": kept}
+        r = c.post("/translate", json={"q": "🙂", "source": "en", "target": "fr", "alternatives": 2})
+        assert r.json() == {"translatedText": "🙂", "alternatives": []}
+        assert model.seen == []
+        r = c.post("/translate", json={"q": "A dog runs. 🙂 12. Two men talk.", "source": "en", "target": "fr"})
+        dog, men = tiny_translator.translate(["A dog runs.", "Two men talk."], beam=4)
+        assert r.json() == {"translatedText": f"{dog} 🙂 12. {men}"}
+    assert model.seen == ["A dog runs.", "Two men talk."]
