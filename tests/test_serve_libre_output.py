@@ -68,3 +68,18 @@ def test_text_with_nothing_to_translate_is_kept_and_not_sent_to_the_model(tiny_t
         dog, men = tiny_translator.translate(["A dog runs.", "Two men talk."], beam=4)
         assert r.json() == {"translatedText": f"{dog} 🙂 12. {men}"}
     assert model.seen == ["A dog runs.", "Two men talk."]
+
+
+def test_a_text_all_in_lower_or_upper_case_keeps_its_case(tiny_translator):
+    """As LibreTranslate: the whole text's case (every cased letter lower, or every one upper) is its
+    translation's, alternatives included; a text of mixed case is translated as the model writes it."""
+    texts = ["a dog runs in the park. two men talk.", "A DOG RUNS IN THE PARK!", "A dog runs in the park."]
+    with client(tiny_translator) as c:
+        r = c.post("/translate", json={"q": texts, "source": "en", "target": "fr", "alternatives": 1})
+        assert r.status_code == 200, r.text
+        lower, upper, mixed = r.json()["translatedText"]
+        assert lower == lower.lower() and lower != lower.upper()
+        assert upper == upper.upper() and upper != upper.lower()
+        assert mixed == tiny_translator.translate([texts[2]], beam=4)[0] and mixed not in (mixed.lower(), mixed.upper())
+        (low_alternative,), (up_alternative,), _ = r.json()["alternatives"]
+        assert low_alternative == low_alternative.lower() and up_alternative == up_alternative.upper()

@@ -36,7 +36,7 @@ from ..text.markup import translate_html_batch
 from .fields import api_key, as_int, client_host, error, ignore_unknown, read_fields
 from .languages import Hop, detect_sources, listing, plan
 from .service import Rejected, Search, Service
-from .texts import repaired_html, split
+from .texts import keep_case, repaired_html, split
 
 FIELDS = {"q", "source", "target", "format", "alternatives", "api_key", "secret"}
 _TAG = re.compile(r"<[^>]*>")
@@ -120,6 +120,19 @@ async def run_html(service: Service, hops: list[Hop], texts: list[str]) -> list[
     return [[t] for t in current]
 
 
+async def run_group(
+    service: Service, source: str, target: str, texts: list[str], fmt: str, nbest: int
+) -> tuple[list[list[str]], list[str]]:
+    """``texts``, all in ``source``, into ``target``: each text's outputs (best first) and the pairs they went
+    through; plain text keeps the case of a text all in lower or upper case (:func:`~.texts.keep_case`)."""
+    hops = plan(service, source, target)
+    route = [h.pair for h in hops]
+    if fmt == "html":
+        return await run_html(service, hops, texts), route
+    done = await run_text(service, hops, texts, nbest)
+    return [[keep_case(text, t) for t in out] for text, out in zip(texts, done)], route
+
+
 async def translate(service: Service, request: Request) -> dict:
     fields = await read_fields(request)
     if "q" not in fields and "text" in fields:
@@ -149,13 +162,9 @@ async def translate(service: Service, request: Request) -> dict:
     routes: list[list[str]] = [[]] * len(texts)
     for src in dict.fromkeys(s for s, _ in detected):
         where = [i for i, (s, _) in enumerate(detected) if s == src]
-        hops = plan(service, src, target)
-        group = [texts[i] for i in where]
-        done = await (
-            run_html(service, hops, group) if fmt == "html" else run_text(service, hops, group, alternatives + 1)
-        )
+        done, route = await run_group(service, src, target, [texts[i] for i in where], fmt, alternatives + 1)
         for i, out in zip(where, done):
-            outputs[i], routes[i] = out, [h.pair for h in hops]
+            outputs[i], routes[i] = out, route
     answer: dict[str, Any] = {"translatedText": [o[0] for o in outputs] if batch else outputs[0][0]}
     if alternatives:
         alts = [distinct(o[0], o[1:]) for o in outputs]  # empty for html: no alternatives of markup

@@ -9,7 +9,9 @@ as sent. Nothing is lost on the way:
   address) is not sent to the model and comes back as it is (:func:`needs_model`);
 - a translation without a letter or digit (an empty hypothesis: the model's first token was ``</s>``) is
   replaced by its source sentence, as LibreTranslate answers an empty translation with the source
-  (:func:`or_source`), so every sentence of a text is in its translation.
+  (:func:`or_source`), so every sentence of a text is in its translation;
+- a text all in lower case is answered in lower case, one all in upper case in upper case, as
+  LibreTranslate answers (:func:`keep_case`, applied to the whole text, alternatives included).
 
 ``format: html``: each snippet must parse (:func:`transduce.text.markup.parse`). One that does not (an
 unclosed ``<p>``, a stray end tag) is repaired as browsers do, by lxml's HTML parser, and translated
@@ -36,6 +38,14 @@ def needs_model(sentence: str) -> bool:
 def or_source(source: str, translation: str) -> str:
     """``translation``, or ``source`` where the translation has no letter or digit (empty, a lone full stop)."""
     return translation if _LETTER_OR_DIGIT.search(translation) else source
+
+
+def keep_case(source: str, translation: str) -> str:
+    """``translation`` in lower case where every cased letter of ``source`` is lower case, in upper case where
+    every one is upper case (Python's ``str.islower`` / ``isupper``); otherwise as it is."""
+    if source.islower():
+        return translation.lower()
+    return translation.upper() if source.isupper() else translation
 
 
 @dataclass
