@@ -171,7 +171,7 @@ def test_whole_texts_keep_their_layout_and_share_one_batch(models, offline):
         got = r.json()["translatedText"]
         assert got == [document(offline["en", "fr"], DOC), "", offline["en", "fr"].translate([EN], beam=4)[0]]
         assert got[0].count("\n") == DOC.count("\n") and "\r\n\n\n" in got[0] and "\n  " in got[0]
-        health = c.get("/health").json()
+        health = c.get("/v1/health").json()
         assert health["requests"] == 1 and health["batches"] == 1  # 7 sentences of 2 texts, one batch
     with TestClient(app_for(models, [("en", "fr")], settings=Settings(max_chars=20))) as c:
         r = c.post("/translate", json={"q": DOC, "source": "en", "target": "fr"})

@@ -271,7 +271,7 @@ def test_load_two_pairs_zero_errors_offline_outputs(specs, offline):
     try:
         with ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(client, plan))
-        health = httpx.get(live.url + "/health").json()
+        health = httpx.get(live.url + "/v1/health").json()
     finally:
         live.stop()
     for requests, replies in zip(plan, answers, strict=True):

@@ -12,6 +12,8 @@
                         serves goes through a pivot (["fr-en", "en-de"]: :mod:`~transduce.serve.languages`)
                         and the alignments are the last model's, its source the pivot text
     GET  /v1/models     -> [{"name", "source", "target", "targets", "loaded", "bytes"}]
+    GET  /v1/health     -> {"status": "ok", "model", "src_lang", "tgt_lang", "models", "loaded", "pending",
+                            "requests", "batches", "max_requests_in_batch"}   (/health is LibreTranslate's)
 
 ``source`` and ``target`` may be left out when the server holds one model. An API key, where
 needed, goes in the ``X-API-Key`` header (or ``Authorization: Bearer KEY``). Errors answer
@@ -87,6 +89,39 @@ class ModelInfo(BaseModel):
     targets: list[str] = Field(description="a multilingual model's target languages (its >>xx<< tokens)")
     loaded: bool
     bytes: int = Field(description="memory of the loaded model (0 when not loaded)")
+
+
+class Health(BaseModel):
+    status: str
+    model: str = Field(description="the model's name, with one model ('' with several)")
+    src_lang: str
+    tgt_lang: str
+    models: int
+    loaded: int = Field(description="models in memory")
+    pending: int = Field(description="requests queued or being translated")
+    requests: int = Field(description="requests translated by the loaded models' batchers")
+    batches: int
+    max_requests_in_batch: int
+
+
+def health(service: Service) -> Health:
+    pool = service.pool
+    loaded = list(pool.loaded.values())
+    first = next(iter(pool.specs.values()))
+    one = len(pool.specs) == 1
+    stats = [e.batcher.stats for e in loaded]
+    return Health(
+        status="ok",
+        model=first.name if one else "",
+        src_lang=first.source if one else "",
+        tgt_lang=first.target if one else "",
+        models=len(pool.specs),
+        loaded=len(loaded),
+        pending=pool.pending,
+        requests=sum(s.requests for s in stats),
+        batches=sum(s.batches for s in stats),
+        max_requests_in_batch=max((s.max_requests_in_batch for s in stats), default=0),
+    )
 
 
 def api_key(request: Request) -> str | None:
@@ -177,5 +212,9 @@ def router(service: Service) -> APIRouter:
             }
             for s in service.pool.specs.values()
         ]
+
+    @api.get("/health", response_model=Health)
+    def server_health() -> Health:
+        return health(service)
 
     return api
