@@ -83,3 +83,28 @@ def test_a_text_all_in_lower_or_upper_case_keeps_its_case(tiny_translator):
         assert mixed == tiny_translator.translate([texts[2]], beam=4)[0] and mixed not in (mixed.lower(), mixed.upper())
         (low_alternative,), (up_alternative,), _ = r.json()["alternatives"]
         assert low_alternative == low_alternative.lower() and up_alternative == up_alternative.upper()
+
+
+def test_a_text_into_its_own_language_comes_back_as_it_is(tiny_translator):
+    """As LibreTranslate: every language lists itself among its targets, and a text asked into its own
+    language (by any spelling of its code) is answered as sent, through no model; front ends are still
+    offered a pair of two languages."""
+    model = Recorded(tiny_translator)
+    text = "A dog runs.  Two MEN talk!\n\nthird line"
+    with client(model) as c:
+        assert c.get("/languages").json() == [
+            {"code": "en", "name": "English", "targets": ["en", "fr"]},
+            {"code": "fr", "name": "French", "targets": ["fr"]},
+        ]
+        for source, target in (("en", "en"), ("eng", "en"), ("fr", "fr")):
+            r = c.post("/translate", json={"q": [text, "🙂"], "source": source, "target": target, "alternatives": 1})
+            assert r.status_code == 200 and r.json() == {"translatedText": [text, "🙂"], "alternatives": [[], []]}
+        assert c.get("/frontend/settings").json()["language"]["target"] == {"code": "fr", "name": "French"}
+    assert model.seen == []
+
+
+def test_two_languages_no_route_joins_are_named_as_libretranslate_names_them(tiny_translator):
+    with client(tiny_translator) as c:
+        r = c.post("/translate", json={"q": "Un chien.", "source": "fr", "target": "en"})
+        assert r.status_code == 400
+        assert r.json() == {"error": "English (en) is not available as a target language from French (fr)"}

@@ -6,8 +6,8 @@
                          "alternatives": [...]                 when alternatives > 0 (empty lists for html)
                          "detectedLanguage": {"language", "confidence"}   when source is "auto"
                          "route": ["fr-en", "en-de"]           when the text went through a pivot language
-    POST /detect      q -> [{"language": "en", "confidence": 97.2}, ...]   best first (GET /detect?q= too)
-    GET  /languages   -> [{"code": "en", "name": "English", "targets": ["de"]}, ...]
+    POST /detect      q -> [{"language": "en", "confidence": 97.2}, ...]   best first (GET: 405, as LibreTranslate)
+    GET  /languages   -> [{"code": "en", "name": "English", "targets": ["de", "en"]}, ...]   (each lists itself)
     GET  /frontend/settings   what LibreTranslate's page and Nextcloud read: limits, keys, languages
     POST /suggest     q, s (the suggested translation), source, target -> {"success": true}
                       (403 unless the server keeps suggestions: --suggestions FILE)
@@ -17,7 +17,9 @@ Each text is translated whole: split into sentences, all sentences of the reques
 put back with its layout (:mod:`~transduce.serve.texts`). ``source: "auto"`` identifies each text's
 language among the sources that reach ``target`` (:mod:`transduce.langid`).
 
-Errors answer ``{"error": "..."}``: 400 bad request or unknown pair, 403 key, 413 a size limit
+A text asked into its own language comes back as it is. Errors answer ``{"error": "..."}``, worded as
+LibreTranslate words them where it has the case ("zz is not supported", "Invalid request: missing q
+parameter"): 400 bad request or unknown pair, 403 key, 413 a size limit
 (``--char-limit``, ``--batch-limit``, a sentence over ``--max-chars``), 429 request limit, 500
 translation failed, 503 memory budget full, 504 timeout.
 """
@@ -34,7 +36,7 @@ from fastapi.responses import JSONResponse
 from .. import langid
 from ..text.markup import translate_html_batch
 from .fields import api_key, as_int, client_host, error, ignore_unknown, read_fields
-from .languages import Hop, detect_sources, listing, plan
+from .languages import Hop, check_pair, detect_sources, listing, not_available, plan, same_language
 from .service import Rejected, Search, Service
 from .texts import keep_case, repaired_html, split
 
@@ -124,8 +126,16 @@ async def run_group(
     service: Service, source: str, target: str, texts: list[str], fmt: str, nbest: int
 ) -> tuple[list[list[str]], list[str]]:
     """``texts``, all in ``source``, into ``target``: each text's outputs (best first) and the pairs they went
-    through; plain text keeps the case of a text all in lower or upper case (:func:`~.texts.keep_case`)."""
-    hops = plan(service, source, target)
+    through; plain text keeps the case of a text all in lower or upper case (:func:`~.texts.keep_case`).
+    Into its own language, a text comes back as it is, through no model."""
+    if same_language(service, source, target):
+        return [[t] for t in texts], []
+    try:
+        hops = plan(service, source, target)
+    except Rejected as e:
+        if e.status != 400:
+            raise
+        raise Rejected(400, not_available(source, target)) from None
     route = [h.pair for h in hops]
     if fmt == "html":
         return await run_html(service, hops, texts), route
@@ -157,6 +167,7 @@ async def translate(service: Service, request: Request) -> dict:
         raise Rejected(400, f"Invalid request: alternatives must be between 0 and {service.settings.max_beam - 1}")
     check_size(service, texts, char_limit)
     source = str(fields["source"])
+    check_pair(service, source, target)
     detected = detect_sources(service, texts, target) if source == "auto" else [(source, 0.0)] * len(texts)
     outputs: list[list[str]] = [[]] * len(texts)
     routes: list[list[str]] = [[]] * len(texts)
@@ -206,9 +217,10 @@ async def suggest(service: Service, request: Request) -> dict:
 
 def frontend_settings(service: Service) -> dict:
     langs = listing(service)
-    sources = [lang for lang in langs if lang["targets"]] or langs
+    others = {lang["code"]: [t for t in lang["targets"] if t != lang["code"]] for lang in langs}
+    sources = [lang for lang in langs if others[lang["code"]]] or langs
     first = sources[0] if sources else {"code": "", "name": ""}
-    target_code = first["targets"][0] if first.get("targets") else first["code"]
+    target_code = (others.get(first["code"]) or [first["code"]])[0]
     target = next((lang for lang in langs if lang["code"] == target_code), first)
     return {
         "charLimit": service.settings.char_limit or -1,
@@ -254,14 +266,13 @@ def router(service: Service) -> APIRouter:
         summary="LibreTranslate: translate q from source to target",
         responses=errors,
     )
-    for method in ("POST", "GET"):  # GET /detect?q= as Nextcloud sends it
-        api.add_api_route(
-            "/detect",
-            _answer(lambda r: detect(service, r), f"libre_detect_{method.lower()}"),
-            methods=[method],
-            summary="LibreTranslate: the language of q",
-            responses=errors,
-        )
+    api.add_api_route(  # POST only, as LibreTranslate: GET is 405; Nextcloud POSTs /detect?q=...
+        "/detect",
+        _answer(lambda r: detect(service, r), "libre_detect"),
+        methods=["POST"],
+        summary="LibreTranslate: the language of q",
+        responses=errors,
+    )
     api.add_api_route(
         "/suggest",
         _answer(lambda r: suggest(service, r), "libre_suggest"),
