@@ -6,13 +6,18 @@ sends it and answers chosen sentences with a chosen output (an empty one, as a m
 ``</s>``).
 """
 
+import argparse
+
 import pytest
 
 pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+from transduce.cli import main  # noqa: E402
+from transduce.serve.command import add_arguments, settings_from_args  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
+from transduce.serve.service import Settings  # noqa: E402
 
 
 class Recorded:
@@ -20,13 +25,14 @@ class Recorded:
     ``forced`` gets that output (every hypothesis of it) instead of the model's."""
 
     def __init__(self, real, forced: dict[str, str] | None = None):
-        self.real, self.forced, self.seen = real, forced or {}, []
+        self.real, self.forced, self.seen, self.searches = real, forced or {}, [], []
 
     def __getattr__(self, name):
         return getattr(self.real, name)
 
     def translate(self, sentences, **options):
         self.seen += sentences
+        self.searches.append((options.get("beam"), options.get("alpha")))
         results = self.real.translate(sentences, **options)
         for sentence, result in zip(sentences, results):
             for hypothesis in result if isinstance(result, list) else [result]:
@@ -34,8 +40,8 @@ class Recorded:
         return results
 
 
-def client(translator) -> TestClient:
-    return TestClient(create_app(translator, name="tiny"))
+def client(translator, **settings) -> TestClient:
+    return TestClient(create_app(translator, Settings(**settings), name="tiny"))
 
 
 def test_a_sentence_translated_to_nothing_comes_back_as_its_source(tiny_translator):
@@ -108,3 +114,35 @@ def test_two_languages_no_route_joins_are_named_as_libretranslate_names_them(tin
         r = c.post("/translate", json={"q": "Un chien.", "source": "fr", "target": "en"})
         assert r.status_code == 400
         assert r.json() == {"error": "English (en) is not available as a target language from French (fr)"}
+
+
+def test_serve_alpha_and_a_requests_beam_reach_the_search(tiny_translator):
+    """``--alpha`` is the length penalty of the LibreTranslate API (text and HTML) and of the page's
+    /v1/attention; a request's ``beam`` field (default ``--beam``) is checked within ``--max-beam``."""
+    model = Recorded(tiny_translator)
+    text = "A dog runs in the park."
+    with client(model, alpha=1.5, max_beam=8) as c:
+        r = c.post("/translate", json={"q": text, "source": "en", "target": "fr"})
+        assert r.json() == {"translatedText": tiny_translator.translate([text], beam=4, alpha=1.5)[0]}
+        r = c.post("/translate", data={"q": text, "source": "en", "target": "fr", "beam": "1"})
+        assert r.json() == {"translatedText": tiny_translator.translate([text], beam=1, alpha=1.5)[0]}
+        r = c.post(
+            "/translate", json={"q": f"<b>{text}</b>", "source": "en", "target": "fr", "format": "html", "beam": 2}
+        )
+        assert r.status_code == 200, r.text
+        assert c.post("/v1/attention", json={"text": [text], "source": "en", "target": "fr"}).status_code == 200
+        assert model.searches == [(4, 1.5), (1, 1.5), (2, 1.5), (4, 1.5)]
+        for beam, error in ((9, "beam must be between 1 and 8, got 9"), (0, "beam must be between 1 and 8, got 0")):
+            r = c.post("/translate", json={"q": text, "source": "en", "target": "fr", "beam": beam})
+            assert r.status_code == 400 and r.json() == {"error": f"Invalid request: {error}"}
+        r = c.post("/translate", json={"q": text, "source": "en", "target": "fr", "beam": "wide"})
+        assert r.json() == {"error": "Invalid request: beam must be an integer, got 'wide'"}
+
+
+def test_serve_alpha_option(capsys):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert settings_from_args(parser.parse_args([])).alpha == 0.6  # the paper's
+    assert settings_from_args(parser.parse_args(["--alpha", "0"])).alpha == 0.0  # no length penalty
+    assert main(["serve", "--model", "unused", "--alpha", "11"]) == 2
+    assert "--alpha must be between 0 and 10, got 11.0" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """The LibreTranslate API, for the clients and plug-ins that speak it.
 
     POST /translate   q (string or list), source (a code or "auto"), target, format ("text" | "html"),
-                      alternatives (extra outputs per text, default 0), api_key
+                      alternatives (extra outputs per text, default 0), api_key,
+                      beam (transduce's: the beam size, default --beam, at most --max-beam)
                       -> {"translatedText": "..."}            (a list when q is a list)
                          "alternatives": [...]                 when alternatives > 0 (empty lists for html)
                          "detectedLanguage": {"language", "confidence"}   when source is "auto"
@@ -40,7 +41,7 @@ from .languages import Hop, check_pair, detect_sources, listing, not_available, 
 from .service import Rejected, Search, Service
 from .texts import keep_case, repaired_html, split
 
-FIELDS = {"q", "source", "target", "format", "alternatives", "api_key", "secret"}
+FIELDS = {"q", "source", "target", "format", "alternatives", "beam", "api_key", "secret"}
 _TAG = re.compile(r"<[^>]*>")
 
 
@@ -72,10 +73,11 @@ def check_sentences(service: Service, sentences: list[str]) -> None:
             )
 
 
-async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: int) -> list[list[str]]:
-    """Each text through ``hops``: best first, then ``nbest - 1`` alternatives (sentence by sentence).
-    Sentences with nothing to translate skip the model, and none is lost (:mod:`~transduce.serve.texts`)."""
-    beam = max(service.settings.beam, nbest)
+async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: int, beam: int = 0) -> list[list[str]]:
+    """Each text through ``hops``: best first, then ``nbest - 1`` alternatives (sentence by sentence), with
+    ``beam`` (0: ``--beam``; at least ``nbest``) and ``--alpha``. Sentences with nothing to translate skip
+    the model, and none is lost (:mod:`~transduce.serve.texts`)."""
+    beam = max(beam or service.settings.beam, nbest)
     current = texts
     for k, hop in enumerate(hops):
         last = k == len(hops) - 1
@@ -84,7 +86,7 @@ async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: i
         n = nbest if last else 1
         wanted = parts.to_translate
         results = wanted and await service.translate(
-            hop.spec, wanted, beam, nbest=n, field="q", target_lang=hop.target_lang, count=False
+            hop.spec, wanted, beam, n, service.settings.alpha, "q", hop.target_lang, count=False
         )
         ranked = parts.fill([[h.text for h in r] if isinstance(r, list) else [r.text] for r in results])
         if not last:
@@ -112,18 +114,20 @@ class _Batched:
         return asyncio.run_coroutine_threadsafe(work, self.loop).result()
 
 
-async def run_html(service: Service, hops: list[Hop], texts: list[str]) -> list[list[str]]:
+async def run_html(service: Service, hops: list[Hop], texts: list[str], beam: int = 0) -> list[list[str]]:
+    """Each HTML snippet through ``hops`` with ``beam`` (0: ``--beam``) and ``--alpha``."""
     current = [repaired_html(t, i) for i, t in enumerate(texts)]
     loop = asyncio.get_running_loop()
+    search = {"beam": beam or service.settings.beam, "alpha": service.settings.alpha}
     for hop in hops:
         translator = _Batched(service, hop, loop)
         lang = langid.base_language(hop.source)
-        current = await asyncio.to_thread(translate_html_batch, translator, current, lang, beam=service.settings.beam)
+        current = await asyncio.to_thread(translate_html_batch, translator, current, lang, **search)
     return [[t] for t in current]
 
 
 async def run_group(
-    service: Service, source: str, target: str, texts: list[str], fmt: str, nbest: int
+    service: Service, source: str, target: str, texts: list[str], fmt: str, nbest: int, beam: int
 ) -> tuple[list[list[str]], list[str]]:
     """``texts``, all in ``source``, into ``target``: each text's outputs (best first) and the pairs they went
     through; plain text keeps the case of a text all in lower or upper case (:func:`~.texts.keep_case`).
@@ -138,8 +142,8 @@ async def run_group(
         raise Rejected(400, not_available(source, target)) from None
     route = [h.pair for h in hops]
     if fmt == "html":
-        return await run_html(service, hops, texts), route
-    done = await run_text(service, hops, texts, nbest)
+        return await run_html(service, hops, texts, beam), route
+    done = await run_text(service, hops, texts, nbest, beam)
     return [[keep_case(text, t) for t in out] for text, out in zip(texts, done)], route
 
 
@@ -165,6 +169,9 @@ async def translate(service: Service, request: Request) -> dict:
     alternatives = as_int(fields.get("alternatives", 0), "alternatives")
     if not 0 <= alternatives < service.settings.max_beam:
         raise Rejected(400, f"Invalid request: alternatives must be between 0 and {service.settings.max_beam - 1}")
+    beam = as_int(fields.get("beam", service.settings.beam), "beam")
+    if not 1 <= beam <= service.settings.max_beam:
+        raise Rejected(400, f"Invalid request: beam must be between 1 and {service.settings.max_beam}, got {beam}")
     check_size(service, texts, char_limit)
     source = str(fields["source"])
     check_pair(service, source, target)
@@ -173,7 +180,7 @@ async def translate(service: Service, request: Request) -> dict:
     routes: list[list[str]] = [[]] * len(texts)
     for src in dict.fromkeys(s for s, _ in detected):
         where = [i for i, (s, _) in enumerate(detected) if s == src]
-        done, route = await run_group(service, src, target, [texts[i] for i in where], fmt, alternatives + 1)
+        done, route = await run_group(service, src, target, [texts[i] for i in where], fmt, alternatives + 1, beam)
         for i, out in zip(where, done):
             outputs[i], routes[i] = out, route
     answer: dict[str, Any] = {"translatedText": [o[0] for o in outputs] if batch else outputs[0][0]}

@@ -32,6 +32,7 @@ class Settings:
     batch_tokens: int = 4096  # source tokens per batch
     max_batch_requests: int = 64  # 1 = one request at a time
     beam: int = 4  # beam of the LibreTranslate API and the page (§6.1: 4)
+    alpha: float = 0.6  # length penalty of the LibreTranslate API and the page (§6.1: 0.6)
     char_limit: int = 0  # characters per LibreTranslate request, all texts together (0: no limit)
 
 
@@ -53,6 +54,7 @@ class Attention:
 
     beam: int = 4
     target_lang: str | None = None
+    alpha: float = 0.6
 
 
 class Rejected(Exception):
@@ -80,7 +82,7 @@ def run_job(translator, sentences: list[str], sources: list, job: Search | Atten
             **extra,
         )
     if isinstance(job, Attention):
-        return word_alignments(translator, sentences, job.beam, job.target_lang, sources)
+        return word_alignments(translator, sentences, job.beam, job.target_lang, sources, job.alpha)
     raise ValueError(f"unknown job {job!r}")
 
 

@@ -15,6 +15,9 @@
     GET  /v1/health     -> {"status": "ok", "model", "src_lang", "tgt_lang", "models", "loaded", "pending",
                             "requests", "batches", "max_requests_in_batch"}   (/health is LibreTranslate's)
 
+``/v1/attention`` decodes with the server's length penalty (``transduce serve --alpha``). ``/v1/translate``
+answers the model's output as it is: the LibreTranslate API's rules for empty translations, text with
+nothing to translate and case (:mod:`~transduce.serve.texts`) are not applied.
 ``source`` and ``target`` may be left out when the server holds one model. An API key, where
 needed, goes in the ``X-API-Key`` header (or ``Authorization: Bearer KEY``). Errors answer
 ``{"detail": "..."}``: 400 malformed JSON or unknown pair, 403 key, 413 a size limit,
@@ -184,14 +187,16 @@ def router(service: Service) -> APIRouter:
     async def attention(req: AttentionRequest, request: Request) -> dict:
         try:
             service.authorize(api_key(request), client(request))
-            service.check_search(req.beam, 1)
+            alpha = service.settings.alpha  # the page's length penalty: transduce serve --alpha
+            service.check_search(req.beam, 1, alpha)
             hops, detected = route(service, req.source, req.target, req.text)
             text = req.text
             for hop in hops[:-1]:  # through a pivot: the first model's translations are the last one's source
-                text = [r.text for r in await service.translate(hop.spec, text, req.beam, target_lang=hop.target_lang)]
+                done = await service.translate(hop.spec, text, req.beam, 1, alpha, target_lang=hop.target_lang)
+                text = [r.text for r in done]
             last = hops[-1]
             service.check_text(last.spec, text, "text")
-            result = await service.run(last.spec, text, Attention(req.beam, last.target_lang))
+            result = await service.run(last.spec, text, Attention(req.beam, last.target_lang, alpha))
         except Rejected as e:
             raise _http(e) from None
         except ValueError as e:  # e.g. a model decoded by the C++ step records no attention
