@@ -146,3 +146,17 @@ def test_serve_alpha_option(capsys):
     assert settings_from_args(parser.parse_args(["--alpha", "0"])).alpha == 0.0  # no length penalty
     assert main(["serve", "--model", "unused", "--alpha", "11"]) == 2
     assert "--alpha must be between 0 and 10, got 11.0" in capsys.readouterr().err
+
+
+def test_html_loses_no_sentence_and_keeps_what_has_nothing_to_translate(tiny_translator):
+    """The same rules for ``format: html``: a sentence translated to nothing comes back as its source, inside
+    its tags; a snippet or sentence with nothing to translate is kept and never sent to the model."""
+    model = Recorded(tiny_translator, {"Yes.": ""})
+    with client(model) as c:
+        body = {"q": ["<p>Is it so? <b>Yes.</b> Really?</p>", "<p>🙂 <i>12:30</i></p>"], "format": "html"}
+        r = c.post("/translate", json={**body, "source": "en", "target": "fr"})
+        assert r.status_code == 200, r.text
+        first, second = r.json()["translatedText"]
+        assert "<b>Yes.</b>" in first and first.count("<b>") == 1
+        assert second == "<p>🙂 <i>12:30</i></p>"
+    assert model.seen == ["Is it so?", "Yes.", "Really?"]

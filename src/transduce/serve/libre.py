@@ -39,7 +39,7 @@ from ..text.markup import translate_html_batch
 from .fields import api_key, as_int, client_host, error, ignore_unknown, read_fields
 from .languages import Hop, check_pair, detect_sources, listing, not_available, plan, same_language
 from .service import Rejected, Search, Service
-from .texts import keep_case, repaired_html, split
+from .texts import aligned, keep_case, needs_model, repaired_html, split
 
 FIELDS = {"q", "source", "target", "format", "alternatives", "beam", "api_key", "secret"}
 _TAG = re.compile(r"<[^>]*>")
@@ -99,7 +99,9 @@ async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: i
 class _Batched:
     """A translator whose ``translate`` sends the sentences through the model's batcher: handed to
     :func:`transduce.text.markup.translate_html_batch` on a worker thread, so the sentences of HTML
-    snippets are checked and batched like text while markup is parsed and rendered off the event loop."""
+    snippets are checked and batched like text while markup is parsed and rendered off the event loop.
+    As for text, a sentence with nothing to translate skips the model and one translated to nothing comes
+    back as its source, each word aligned to itself so the tags around it stay there (:func:`~.texts.aligned`)."""
 
     def __init__(self, service: Service, hop: Hop, loop: asyncio.AbstractEventLoop):
         self.service, self.hop, self.loop = service, hop, loop
@@ -109,7 +111,12 @@ class _Batched:
             options.get("beam", 4), options.get("alpha", 0.6), 1, self.hop.target_lang, alignments, alignment_layer
         )
         self.service.check_search(job.beam, 1, job.alpha)
-        self.service.check_text(self.hop.spec, sentences, "q", count=False)
+        wanted = [s for s in sentences if needs_model(s)]
+        self.service.check_text(self.hop.spec, wanted, "q", count=False)
+        done = iter(self._run(wanted, job) if wanted else [])
+        return [aligned(s, next(done) if needs_model(s) else None) for s in sentences]
+
+    def _run(self, sentences: list[str], job: Search) -> list:
         work = self.service.run(self.hop.spec, sentences, job, "q")
         return asyncio.run_coroutine_threadsafe(work, self.loop).result()
 

@@ -15,7 +15,8 @@ as sent. Nothing is lost on the way:
 
 ``format: html``: each snippet must parse (:func:`transduce.text.markup.parse`). One that does not (an
 unclosed ``<p>``, a stray end tag) is repaired as browsers do, by lxml's HTML parser, and translated
-in its repaired form; a snippet lxml cannot read either is a 400 naming the problem.
+in its repaired form; a snippet lxml cannot read either is a 400 naming the problem. Its sentences follow
+the first two rules above too (:func:`aligned`); its case is the model's.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..decode.translator import Translation
 from ..text.document import Piece, reassemble, split_text
 from .service import Rejected
 
@@ -38,6 +40,14 @@ def needs_model(sentence: str) -> bool:
 def or_source(source: str, translation: str) -> str:
     """``translation``, or ``source`` where the translation has no letter or digit (empty, a lone full stop)."""
     return translation if _LETTER_OR_DIGIT.search(translation) else source
+
+
+def aligned(source: str, result: Translation | None) -> Translation:
+    """An HTML sentence's translation (None: not translated): ``result``, or where it has no letter or digit
+    (or is None) the source itself with each word aligned to itself."""
+    if result is not None and _LETTER_OR_DIGIT.search(result.text):
+        return result
+    return Translation(source, [], 0.0, 0.0, [(i, i) for i in range(len(source.split()))])
 
 
 def keep_case(source: str, translation: str) -> str:
