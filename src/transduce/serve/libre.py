@@ -85,8 +85,9 @@ async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: i
         check_sentences(service, parts.sentences)
         n = nbest if last else 1
         wanted = parts.to_translate
-        results = wanted and await service.translate(
-            hop.spec, wanted, beam, n, service.settings.alpha, "q", hop.target_lang, count=False
+        alpha = service.settings.alpha
+        results = (
+            await service.translate(hop.spec, wanted, beam, n, alpha, "q", hop.target_lang, False) if wanted else []
         )
         ranked = parts.fill([[h.text for h in r] if isinstance(r, list) else [r.text] for r in results])
         if not last:
@@ -154,6 +155,21 @@ async def run_group(
     return [[keep_case(text, t) for t in out] for text, out in zip(texts, done)], route
 
 
+def read_search(service: Service, fields: dict[str, Any]) -> tuple[str, int, int]:
+    """A /translate request's ``format``, ``alternatives`` and ``beam``, checked (400 naming the field)."""
+    fmt = fields.get("format", "text")
+    if fmt not in ("text", "html"):
+        raise Rejected(400, f"Invalid request: format must be 'text' or 'html', got {fmt!r}")
+    max_beam = service.settings.max_beam
+    alternatives = as_int(fields.get("alternatives", 0), "alternatives")
+    if not 0 <= alternatives < max_beam:
+        raise Rejected(400, f"Invalid request: alternatives must be between 0 and {max_beam - 1}")
+    beam = as_int(fields.get("beam", service.settings.beam), "beam")
+    if not 1 <= beam <= max_beam:
+        raise Rejected(400, f"Invalid request: beam must be between 1 and {max_beam}, got {beam}")
+    return fmt, alternatives, beam
+
+
 async def translate(service: Service, request: Request) -> dict:
     fields = await read_fields(request)
     if "q" not in fields and "text" in fields:
@@ -170,15 +186,7 @@ async def translate(service: Service, request: Request) -> dict:
     texts = q if batch else [q]
     if not all(isinstance(t, str) for t in texts):
         raise Rejected(400, "Invalid request: q must be a string or a list of strings")
-    fmt = fields.get("format", "text")
-    if fmt not in ("text", "html"):
-        raise Rejected(400, f"Invalid request: format must be 'text' or 'html', got {fmt!r}")
-    alternatives = as_int(fields.get("alternatives", 0), "alternatives")
-    if not 0 <= alternatives < service.settings.max_beam:
-        raise Rejected(400, f"Invalid request: alternatives must be between 0 and {service.settings.max_beam - 1}")
-    beam = as_int(fields.get("beam", service.settings.beam), "beam")
-    if not 1 <= beam <= service.settings.max_beam:
-        raise Rejected(400, f"Invalid request: beam must be between 1 and {service.settings.max_beam}, got {beam}")
+    fmt, alternatives, beam = read_search(service, fields)
     check_size(service, texts, char_limit)
     source = str(fields["source"])
     check_pair(service, source, target)
