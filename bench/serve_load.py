@@ -82,7 +82,7 @@ def load_test(url: str, jobs: list[list[tuple[str, str, str]]], beam: int) -> tu
         "p95_ms": 1000 * percentile(latencies, 0.95),
         "p99_ms": 1000 * percentile(latencies, 0.99),
     }
-    health = httpx.get(url + "/health").json()
+    health = httpx.get(url + "/v1/health").json()
     stats["batches"], stats["max_requests_in_batch"] = health["batches"], health["max_requests_in_batch"]
     return stats, [text for res in results for _, text in res]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import random
+import re
 
 import pytest
 
@@ -39,6 +40,42 @@ def test_split_reassemble_round_trip(seed):
 
 def _sentence_text_outside(p: Piece) -> bool:
     return bool(p.text.strip())  # verbatim pieces only ever hold whitespace
+
+
+QUOTED = [("“", "”"), ('"', '"'), ("‘", "’"), ("'", "'"), ("„", "“"), ("«", "»"), ("(", ")"), ("[", "]"), ('("', '")')]
+GAPS = [" ", "  ", "\n", "\r\n", "\n\n", " \n  ", "\t"]
+
+
+def quoted_document(rng: random.Random) -> str:
+    """Sentences of plain words, some of them quoted or bracketed (the closing marks after the full stop), with
+    all kinds of whitespace between the sentences and single spaces inside them."""
+    out = []
+    for _ in range(rng.randint(2, 7)):
+        words = ["Then"] + [rng.choice(["he", "asked", "who", "it", "was", "and", "she", "left"]) for _ in range(3)]
+        sentence = " ".join(words) + rng.choice([".", "?", "!", "?!", "..."])
+        if rng.random() < 0.7:
+            opening, closing = rng.choice(QUOTED)
+            inner = rng.choice(["", "'", "’", "”"]) if rng.random() < 0.3 else ""
+            sentence = rng.choice(["", "She said: "]) + opening + sentence + inner + closing
+        out.append(sentence + rng.choice(GAPS))
+    return "".join(out).rstrip() + rng.choice(["", "\n"])
+
+
+def words_only(sentence: str) -> str:
+    """A "translation" that keeps the words and drops every quote, bracket and full stop, as a model may."""
+    return " ".join(re.findall(r"[^\W_]+", sentence))
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_whitespace_between_sentences_is_kept_around_quotes_and_brackets(seed):
+    """Closing quotes and brackets after a sentence's end stay with that sentence, so the space or line break
+    after them is outside every sentence: a translation that drops the marks still has each of them."""
+    text = quoted_document(random.Random(seed))
+    pieces = split_text(text, "en")
+    assert "".join(p.text for p in pieces) == text
+    got = reassemble(pieces, [words_only(s) for s in sentences(pieces)])
+    assert re.findall(r"\s+", got) == re.findall(r"\s+", text), (text, [p.text for p in pieces if p.sentence])
+    assert got.split() == words_only(text).split()
 
 
 def test_document_structure_is_kept():

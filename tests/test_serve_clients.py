@@ -84,7 +84,7 @@ def test_libretranslatepy(url, models):
 
     lt = LibreTranslateAPI(url)
     codes = {lang["code"]: lang["targets"] for lang in lt.languages()}
-    assert codes == {"de": ["en", "fr"], "en": ["fr"], "fr": []}
+    assert codes == {"de": ["de", "en", "fr"], "en": ["en", "fr"], "fr": ["fr"]}
     assert lt.translate(EN[0], "en", "fr") == fr(models, EN[:1])[0]
     assert lt.detect(DE)[0]["language"] == "de"
 

@@ -144,7 +144,7 @@ def test_detect_and_auto_source_choose_among_served_languages(models, offline):
         ranked = r.json()
         assert r.status_code == 200 and [x["language"] for x in ranked][0] == "fr" and len(ranked) == 3
         assert ranked[0]["confidence"] > 90 and sum(x["confidence"] for x in ranked) == pytest.approx(100, abs=0.2)
-        assert c.get("/detect", params={"q": de}).json()[0]["language"] == "de"  # Nextcloud: /detect?q=
+        assert c.post("/detect", params={"q": de}).json()[0]["language"] == "de"  # Nextcloud: POST /detect?q=
         r = c.post("/translate", json={"q": [en, de], "source": "auto", "target": "fr"})
         body = r.json()
         assert r.status_code == 200, body
@@ -171,7 +171,7 @@ def test_whole_texts_keep_their_layout_and_share_one_batch(models, offline):
         got = r.json()["translatedText"]
         assert got == [document(offline["en", "fr"], DOC), "", offline["en", "fr"].translate([EN], beam=4)[0]]
         assert got[0].count("\n") == DOC.count("\n") and "\r\n\n\n" in got[0] and "\n  " in got[0]
-        health = c.get("/health").json()
+        health = c.get("/v1/health").json()
         assert health["requests"] == 1 and health["batches"] == 1  # 7 sentences of 2 texts, one worker: one batch
     with TestClient(app_for(models, [("en", "fr")], settings=Settings(max_chars=20))) as c:
         r = c.post("/translate", json={"q": DOC, "source": "en", "target": "fr"})
@@ -188,9 +188,9 @@ def test_whole_texts_keep_their_layout_and_share_one_batch(models, offline):
 def test_languages_use_standard_codes_and_pivot_through_english(models, offline, tmp_path):
     with TestClient(app_for(models, [("en", "fr"), ("de", "en")])) as c:
         assert c.get("/languages").json() == [
-            {"code": "de", "name": "German", "targets": ["en", "fr"]},
-            {"code": "en", "name": "English", "targets": ["fr"]},
-            {"code": "fr", "name": "French", "targets": []},
+            {"code": "de", "name": "German", "targets": ["de", "en", "fr"]},
+            {"code": "en", "name": "English", "targets": ["en", "fr"]},
+            {"code": "fr", "name": "French", "targets": ["fr"]},
         ]
         text = "Ein Mann liest. Ein Hund schläft."
         r = c.post("/translate", json={"q": text, "source": "de", "target": "fr", "alternatives": 1})

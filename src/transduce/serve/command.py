@@ -138,6 +138,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--beam", type=int, default=d.beam, help="beam of the LibreTranslate API and the page")
     parser.add_argument(
+        "--alpha",
+        type=float,
+        default=d.alpha,
+        help="length penalty α of the LibreTranslate API and the page (default 0.6, the paper's; 0: none)",
+    )
+    parser.add_argument(
         "--max-sentences",
         "--batch-limit",
         dest="max_sentences",
@@ -173,12 +179,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     s = Settings(**{key: getattr(args, key) for key in vars(Settings())})
     for key, value in vars(s).items():
-        zero = key in ("wait_ms", "char_limit", "workers")  # 0: no window, no limit, one worker per core
+        zero = key in ("wait_ms", "char_limit", "workers", "alpha")  # 0: no window, no limit, auto, no penalty
         if value < 0 or (value == 0 and not zero):
             must = "must not be negative" if zero else "must be positive"
             raise ValueError(f"--{key.replace('_', '-')} {must}, got {value}")
     if s.beam > s.max_beam:
         raise ValueError(f"--beam {s.beam} is larger than --max-beam {s.max_beam}")
+    if s.alpha > 10:
+        raise ValueError(f"--alpha must be between 0 and 10, got {s.alpha}")
     for key in ("memory_budget_mb", "key_limit", "req_limit"):
         if getattr(args, key) < 0:
             raise ValueError(f"--{key.replace('_', '-')} must not be negative, got {getattr(args, key)}")

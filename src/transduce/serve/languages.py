@@ -104,10 +104,33 @@ def plan(service: Service, source: str, target: str) -> list[Hop]:
 
 
 def listing(service: Service) -> list[dict]:
-    """``GET /languages``: each code, its name, and the targets it reaches (directly or by pivot)."""
+    """``GET /languages``: each code, its name, and the targets it reaches (directly or by pivot), itself
+    among them as LibreTranslate lists it (a text asked into its own language comes back as it is)."""
     pairs = served_pairs(service)
     codes = sorted({c for pair in pairs for c in pair})
-    return [{"code": c, "name": name(c), "targets": sorted(t for s, t in pairs if s == c)} for c in codes]
+    return [{"code": c, "name": name(c), "targets": sorted({t for s, t in pairs if s == c} | {c})} for c in codes]
+
+
+def same_language(service: Service, source: str, target: str) -> bool:
+    """Whether ``source`` and ``target`` name one listed language ("en" and "eng" too)."""
+    key = language_key(source)
+    return key == language_key(target) and key in {language_key(lang["code"]) for lang in listing(service)}
+
+
+def check_pair(service: Service, source: str, target: str) -> None:
+    """LibreTranslate's 400 for a code no listed language has, source first: "zz is not supported"."""
+    listed = {language_key(lang["code"]) for lang in listing(service)}
+    for code in (source, target):
+        if code != "auto" and language_key(code) not in listed:
+            raise Rejected(400, f"{code} is not supported")
+
+
+def not_available(source: str, target: str) -> str:
+    """LibreTranslate's words for two listed languages no route joins."""
+    return (
+        f"{name(display_code(target))} ({target}) is not available as a target language from "
+        f"{name(display_code(source))} ({source})"
+    )
 
 
 def sources_for(service: Service, target: str) -> list[str]:

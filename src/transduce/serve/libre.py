@@ -1,13 +1,14 @@
 """The LibreTranslate API, for the clients and plug-ins that speak it.
 
     POST /translate   q (string or list), source (a code or "auto"), target, format ("text" | "html"),
-                      alternatives (extra outputs per text, default 0), api_key
+                      alternatives (extra outputs per text, default 0), api_key,
+                      beam (transduce's: the beam size, default --beam, at most --max-beam)
                       -> {"translatedText": "..."}            (a list when q is a list)
                          "alternatives": [...]                 when alternatives > 0 (empty lists for html)
                          "detectedLanguage": {"language", "confidence"}   when source is "auto"
                          "route": ["fr-en", "en-de"]           when the text went through a pivot language
-    POST /detect      q -> [{"language": "en", "confidence": 97.2}, ...]   best first (GET /detect?q= too)
-    GET  /languages   -> [{"code": "en", "name": "English", "targets": ["de"]}, ...]
+    POST /detect      q -> [{"language": "en", "confidence": 97.2}, ...]   best first (GET: 405, as LibreTranslate)
+    GET  /languages   -> [{"code": "en", "name": "English", "targets": ["de", "en"]}, ...]   (each lists itself)
     GET  /frontend/settings   what LibreTranslate's page and Nextcloud read: limits, keys, languages
     POST /suggest     q, s (the suggested translation), source, target -> {"success": true}
                       (403 unless the server keeps suggestions: --suggestions FILE)
@@ -17,7 +18,9 @@ Each text is translated whole: split into sentences, all sentences of the reques
 put back with its layout (:mod:`~transduce.serve.texts`). ``source: "auto"`` identifies each text's
 language among the sources that reach ``target`` (:mod:`transduce.langid`).
 
-Errors answer ``{"error": "..."}``: 400 bad request or unknown pair, 403 key, 413 a size limit
+A text asked into its own language comes back as it is. Errors answer ``{"error": "..."}``, worded as
+LibreTranslate words them where it has the case ("zz is not supported", "Invalid request: missing q
+parameter"): 400 bad request or unknown pair, 403 key, 413 a size limit
 (``--char-limit``, ``--batch-limit``, a sentence over ``--max-chars``), 429 request limit, 500
 translation failed, 503 memory budget full, 504 timeout.
 """
@@ -34,11 +37,11 @@ from fastapi.responses import JSONResponse
 from .. import langid
 from ..text.markup import translate_html_batch
 from .fields import api_key, as_int, client_host, error, ignore_unknown, read_fields
-from .languages import Hop, detect_sources, listing, plan
+from .languages import Hop, check_pair, detect_sources, listing, not_available, plan, same_language
 from .service import Rejected, Search, Service
-from .texts import repaired_html, split
+from .texts import aligned, keep_case, needs_model, repaired_html, split
 
-FIELDS = {"q", "source", "target", "format", "alternatives", "api_key", "secret"}
+FIELDS = {"q", "source", "target", "format", "alternatives", "beam", "api_key", "secret"}
 _TAG = re.compile(r"<[^>]*>")
 
 
@@ -54,25 +57,39 @@ def check_size(service: Service, texts: list[str], key_char_limit: int = 0) -> N
         raise Rejected(413, f"Invalid request: request ({chars} characters) exceeds the text limit of {limit}")
 
 
-async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: int) -> list[list[str]]:
-    """Each text through ``hops``: best first, then ``nbest - 1`` alternatives (sentence by sentence)."""
-    beam = max(service.settings.beam, nbest)
+def distinct(best: str, others: list[str]) -> list[str]:
+    """Alternatives as LibreTranslate answers them: each once, none empty or equal to the translation."""
+    return [t for t in dict.fromkeys(others) if t and t != best]
+
+
+def check_sentences(service: Service, sentences: list[str]) -> None:
+    """Each sentence of whole texts within ``--max-chars`` (413 naming the sentence)."""
+    for i, sentence in enumerate(sentences):
+        if len(sentence) > service.settings.max_chars:
+            raise Rejected(
+                413,
+                f"field 'q': sentence {i + 1} has {len(sentence)} characters, over the limit of "
+                f"{service.settings.max_chars} (--max-chars)",
+            )
+
+
+async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: int, beam: int = 0) -> list[list[str]]:
+    """Each text through ``hops``: best first, then ``nbest - 1`` alternatives (sentence by sentence), with
+    ``beam`` (0: ``--beam``; at least ``nbest``) and ``--alpha``. Sentences with nothing to translate skip
+    the model, and none is lost (:mod:`~transduce.serve.texts`)."""
+    beam = max(beam or service.settings.beam, nbest)
     current = texts
     for k, hop in enumerate(hops):
         last = k == len(hops) - 1
         parts = split(current, langid.base_language(hop.source))
-        for i, sentence in enumerate(parts.sentences):
-            if len(sentence) > service.settings.max_chars:
-                raise Rejected(
-                    413,
-                    f"field 'q': sentence {i + 1} has {len(sentence)} characters, over the limit of "
-                    f"{service.settings.max_chars} (--max-chars)",
-                )
+        check_sentences(service, parts.sentences)
         n = nbest if last else 1
-        results = await service.translate(
-            hop.spec, parts.sentences, beam, nbest=n, field="q", target_lang=hop.target_lang, count=False
+        wanted = parts.to_translate
+        alpha = service.settings.alpha
+        results = (
+            await service.translate(hop.spec, wanted, beam, n, alpha, "q", hop.target_lang, False) if wanted else []
         )
-        ranked = [[h.text for h in r] if isinstance(r, list) else [r.text] for r in results]
+        ranked = parts.fill([[h.text for h in r] if isinstance(r, list) else [r.text] for r in results])
         if not last:
             current = parts.join([r[0] for r in ranked])
             continue
@@ -83,7 +100,9 @@ async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: i
 class _Batched:
     """A translator whose ``translate`` sends the sentences through the model's batcher: handed to
     :func:`transduce.text.markup.translate_html_batch` on a worker thread, so the sentences of HTML
-    snippets are checked and batched like text while markup is parsed and rendered off the event loop."""
+    snippets are checked and batched like text while markup is parsed and rendered off the event loop.
+    As for text, a sentence with nothing to translate skips the model and one translated to nothing comes
+    back as its source, each word aligned to itself so the tags around it stay there (:func:`~.texts.aligned`)."""
 
     def __init__(self, service: Service, hop: Hop, loop: asyncio.AbstractEventLoop):
         self.service, self.hop, self.loop = service, hop, loop
@@ -93,19 +112,62 @@ class _Batched:
             options.get("beam", 4), options.get("alpha", 0.6), 1, self.hop.target_lang, alignments, alignment_layer
         )
         self.service.check_search(job.beam, 1, job.alpha)
-        self.service.check_text(self.hop.spec, sentences, "q", count=False)
+        wanted = [s for s in sentences if needs_model(s)]
+        self.service.check_text(self.hop.spec, wanted, "q", count=False)
+        done = iter(self._run(wanted, job) if wanted else [])
+        return [aligned(s, next(done) if needs_model(s) else None) for s in sentences]
+
+    def _run(self, sentences: list[str], job: Search) -> list:
         work = self.service.run(self.hop.spec, sentences, job, "q")
         return asyncio.run_coroutine_threadsafe(work, self.loop).result()
 
 
-async def run_html(service: Service, hops: list[Hop], texts: list[str]) -> list[list[str]]:
+async def run_html(service: Service, hops: list[Hop], texts: list[str], beam: int = 0) -> list[list[str]]:
+    """Each HTML snippet through ``hops`` with ``beam`` (0: ``--beam``) and ``--alpha``."""
     current = [repaired_html(t, i) for i, t in enumerate(texts)]
     loop = asyncio.get_running_loop()
+    search = {"beam": beam or service.settings.beam, "alpha": service.settings.alpha}
     for hop in hops:
         translator = _Batched(service, hop, loop)
         lang = langid.base_language(hop.source)
-        current = await asyncio.to_thread(translate_html_batch, translator, current, lang, beam=service.settings.beam)
+        current = await asyncio.to_thread(translate_html_batch, translator, current, lang, **search)
     return [[t] for t in current]
+
+
+async def run_group(
+    service: Service, source: str, target: str, texts: list[str], fmt: str, nbest: int, beam: int
+) -> tuple[list[list[str]], list[str]]:
+    """``texts``, all in ``source``, into ``target``: each text's outputs (best first) and the pairs they went
+    through; plain text keeps the case of a text all in lower or upper case (:func:`~.texts.keep_case`).
+    Into its own language, a text comes back as it is, through no model."""
+    if same_language(service, source, target):
+        return [[t] for t in texts], []
+    try:
+        hops = plan(service, source, target)
+    except Rejected as e:
+        if e.status != 400:
+            raise
+        raise Rejected(400, not_available(source, target)) from None
+    route = [h.pair for h in hops]
+    if fmt == "html":
+        return await run_html(service, hops, texts, beam), route
+    done = await run_text(service, hops, texts, nbest, beam)
+    return [[keep_case(text, t) for t in out] for text, out in zip(texts, done)], route
+
+
+def read_search(service: Service, fields: dict[str, Any]) -> tuple[str, int, int]:
+    """A /translate request's ``format``, ``alternatives`` and ``beam``, checked (400 naming the field)."""
+    fmt = fields.get("format", "text")
+    if fmt not in ("text", "html"):
+        raise Rejected(400, f"Invalid request: format must be 'text' or 'html', got {fmt!r}")
+    max_beam = service.settings.max_beam
+    alternatives = as_int(fields.get("alternatives", 0), "alternatives")
+    if not 0 <= alternatives < max_beam:
+        raise Rejected(400, f"Invalid request: alternatives must be between 0 and {max_beam - 1}")
+    beam = as_int(fields.get("beam", service.settings.beam), "beam")
+    if not 1 <= beam <= max_beam:
+        raise Rejected(400, f"Invalid request: beam must be between 1 and {max_beam}, got {beam}")
+    return fmt, alternatives, beam
 
 
 async def translate(service: Service, request: Request) -> dict:
@@ -124,29 +186,21 @@ async def translate(service: Service, request: Request) -> dict:
     texts = q if batch else [q]
     if not all(isinstance(t, str) for t in texts):
         raise Rejected(400, "Invalid request: q must be a string or a list of strings")
-    fmt = fields.get("format", "text")
-    if fmt not in ("text", "html"):
-        raise Rejected(400, f"Invalid request: format must be 'text' or 'html', got {fmt!r}")
-    alternatives = as_int(fields.get("alternatives", 0), "alternatives")
-    if not 0 <= alternatives < service.settings.max_beam:
-        raise Rejected(400, f"Invalid request: alternatives must be between 0 and {service.settings.max_beam - 1}")
+    fmt, alternatives, beam = read_search(service, fields)
     check_size(service, texts, char_limit)
     source = str(fields["source"])
+    check_pair(service, source, target)
     detected = detect_sources(service, texts, target) if source == "auto" else [(source, 0.0)] * len(texts)
     outputs: list[list[str]] = [[]] * len(texts)
     routes: list[list[str]] = [[]] * len(texts)
     for src in dict.fromkeys(s for s, _ in detected):
         where = [i for i, (s, _) in enumerate(detected) if s == src]
-        hops = plan(service, src, target)
-        group = [texts[i] for i in where]
-        done = await (
-            run_html(service, hops, group) if fmt == "html" else run_text(service, hops, group, alternatives + 1)
-        )
+        done, route = await run_group(service, src, target, [texts[i] for i in where], fmt, alternatives + 1, beam)
         for i, out in zip(where, done):
-            outputs[i], routes[i] = out, [h.pair for h in hops]
+            outputs[i], routes[i] = out, route
     answer: dict[str, Any] = {"translatedText": [o[0] for o in outputs] if batch else outputs[0][0]}
     if alternatives:
-        alts = [o[1:] for o in outputs]  # empty for html: no alternatives of markup
+        alts = [distinct(o[0], o[1:]) for o in outputs]  # empty for html: no alternatives of markup
         answer["alternatives"] = alts if batch else alts[0]
     if source == "auto":
         found = [{"language": s, "confidence": round(c, 1)} for s, c in detected]
@@ -185,9 +239,10 @@ async def suggest(service: Service, request: Request) -> dict:
 
 def frontend_settings(service: Service) -> dict:
     langs = listing(service)
-    sources = [lang for lang in langs if lang["targets"]] or langs
+    others = {lang["code"]: [t for t in lang["targets"] if t != lang["code"]] for lang in langs}
+    sources = [lang for lang in langs if others[lang["code"]]] or langs
     first = sources[0] if sources else {"code": "", "name": ""}
-    target_code = first["targets"][0] if first.get("targets") else first["code"]
+    target_code = (others.get(first["code"]) or [first["code"]])[0]
     target = next((lang for lang in langs if lang["code"] == target_code), first)
     return {
         "charLimit": service.settings.char_limit or -1,
@@ -233,14 +288,13 @@ def router(service: Service) -> APIRouter:
         summary="LibreTranslate: translate q from source to target",
         responses=errors,
     )
-    for method in ("POST", "GET"):  # GET /detect?q= as Nextcloud sends it
-        api.add_api_route(
-            "/detect",
-            _answer(lambda r: detect(service, r), f"libre_detect_{method.lower()}"),
-            methods=[method],
-            summary="LibreTranslate: the language of q",
-            responses=errors,
-        )
+    api.add_api_route(  # POST only, as LibreTranslate: GET is 405; Nextcloud POSTs /detect?q=...
+        "/detect",
+        _answer(lambda r: detect(service, r), "libre_detect"),
+        methods=["POST"],
+        summary="LibreTranslate: the language of q",
+        responses=errors,
+    )
     api.add_api_route(
         "/suggest",
         _answer(lambda r: suggest(service, r), "libre_suggest"),

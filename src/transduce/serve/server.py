@@ -2,10 +2,10 @@
 
     POST /translate, /detect, GET /languages, /frontend/settings   the LibreTranslate API (libre.py)
     GET  /spec        the OpenAPI document (LibreTranslate's path for it)
-    POST /v1/translate, /v1/attention, GET /v1/models   transduce's own API (v1.py)
+    POST /v1/translate, /v1/attention, GET /v1/models, /v1/health   transduce's own API (v1.py)
     GET  /            a page to translate in the browser (static/)
     GET  /metrics     Prometheus metrics (metrics.py)
-    GET  /health      -> {"status": "ok", ...}
+    GET  /health      -> {"status": "ok"}   (as LibreTranslate; models and batching: GET /v1/health)
     GET  /openapi.json, /docs   the API description FastAPI derives from the request models
 
 Concurrent requests for one model are batched by :class:`~transduce.serve.batcher.Batcher` (one
@@ -32,7 +32,6 @@ try:
     from fastapi.exceptions import RequestValidationError
     from fastapi.middleware.cors import CORSMiddleware
     from fastapi.responses import HTMLResponse, JSONResponse, Response
-    from pydantic import BaseModel
 
     from . import files as files_api
     from . import libre, v1
@@ -45,19 +44,6 @@ except ImportError as e:  # pragma: no cover - the serve extra is missing
 
 STATIC = Path(__file__).with_name("static")
 __all__ = ["Settings", "create_app"]
-
-
-class Health(BaseModel):
-    status: str
-    model: str
-    src_lang: str
-    tgt_lang: str
-    models: int
-    loaded: int
-    pending: int
-    requests: int
-    batches: int
-    max_requests_in_batch: int
 
 
 class BodyLimit:
@@ -209,23 +195,9 @@ def create_app(
     if files:
         app.include_router(files_api.router(service, files))
 
-    @app.get("/health", response_model=Health)
-    def health() -> Health:
-        loaded = list(pool.loaded.values())
-        first = next(iter(pool.specs.values()))
-        stats = [e.batcher.stats for e in loaded]
-        return Health(
-            status="ok",
-            model=first.name if len(pool.specs) == 1 else "",
-            models=len(pool.specs),
-            src_lang=first.source if len(pool.specs) == 1 else "",
-            tgt_lang=first.target if len(pool.specs) == 1 else "",
-            loaded=len(loaded),
-            pending=pool.pending,
-            requests=sum(s.requests for s in stats),
-            batches=sum(s.batches for s in stats),
-            max_requests_in_batch=max((s.max_requests_in_batch for s in stats), default=0),
-        )
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok"}  # exactly LibreTranslate's answer; the server's state is at /v1/health
 
     @app.get("/spec", include_in_schema=False)
     def spec() -> dict:

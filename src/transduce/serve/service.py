@@ -34,6 +34,7 @@ class Settings:
     batch_tokens: int = 4096  # source tokens per batch
     max_batch_requests: int = 64  # 1 = one request at a time
     beam: int = 4  # beam of the LibreTranslate API and the page (§6.1: 4)
+    alpha: float = 0.6  # length penalty of the LibreTranslate API and the page (§6.1: 0.6)
     char_limit: int = 0  # characters per LibreTranslate request, all texts together (0: no limit)
     workers: int = 0  # threads decoding at once, sharing each model's weights (0: cores // threads)
     threads: int = 1  # torch intra-op threads of each worker
@@ -75,6 +76,7 @@ class Attention:
 
     beam: int = 4
     target_lang: str | None = None
+    alpha: float = 0.6
     exclusive = True  # it records attention on the model's modules: it runs alone on the model
 
 
@@ -103,7 +105,7 @@ def run_job(translator, sentences: list[str], sources: list, job: Search | Atten
             **extra,
         )
     if isinstance(job, Attention):
-        return word_alignments(translator, sentences, job.beam, job.target_lang, sources)
+        return word_alignments(translator, sentences, job.beam, job.target_lang, sources, job.alpha)
     raise ValueError(f"unknown job {job!r}")
 
 

@@ -12,7 +12,12 @@
                         serves goes through a pivot (["fr-en", "en-de"]: :mod:`~transduce.serve.languages`)
                         and the alignments are the last model's, its source the pivot text
     GET  /v1/models     -> [{"name", "source", "target", "targets", "loaded", "bytes"}]
+    GET  /v1/health     -> {"status": "ok", "model", "src_lang", "tgt_lang", "models", "loaded", "pending",
+                            "requests", "batches", "max_requests_in_batch"}   (/health is LibreTranslate's)
 
+``/v1/attention`` decodes with the server's length penalty (``transduce serve --alpha``). ``/v1/translate``
+answers the model's output as it is: the LibreTranslate API's rules for empty translations, text with
+nothing to translate and case (:mod:`~transduce.serve.texts`) are not applied.
 ``source`` and ``target`` may be left out when the server holds one model. An API key, where
 needed, goes in the ``X-API-Key`` header (or ``Authorization: Bearer KEY``). Errors answer
 ``{"detail": "..."}``: 400 malformed JSON or unknown pair, 403 key, 413 a size limit,
@@ -89,6 +94,39 @@ class ModelInfo(BaseModel):
     bytes: int = Field(description="memory of the loaded model (0 when not loaded)")
 
 
+class Health(BaseModel):
+    status: str
+    model: str = Field(description="the model's name, with one model ('' with several)")
+    src_lang: str
+    tgt_lang: str
+    models: int
+    loaded: int = Field(description="models in memory")
+    pending: int = Field(description="requests queued or being translated")
+    requests: int = Field(description="requests translated by the loaded models' batchers")
+    batches: int
+    max_requests_in_batch: int
+
+
+def health(service: Service) -> Health:
+    pool = service.pool
+    loaded = list(pool.loaded.values())
+    first = next(iter(pool.specs.values()))
+    one = len(pool.specs) == 1
+    stats = [e.batcher.stats for e in loaded]
+    return Health(
+        status="ok",
+        model=first.name if one else "",
+        src_lang=first.source if one else "",
+        tgt_lang=first.target if one else "",
+        models=len(pool.specs),
+        loaded=len(loaded),
+        pending=pool.pending,
+        requests=sum(s.requests for s in stats),
+        batches=sum(s.batches for s in stats),
+        max_requests_in_batch=max((s.max_requests_in_batch for s in stats), default=0),
+    )
+
+
 def api_key(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
@@ -149,14 +187,16 @@ def router(service: Service) -> APIRouter:
     async def attention(req: AttentionRequest, request: Request) -> dict:
         try:
             service.authorize(api_key(request), client(request))
-            service.check_search(req.beam, 1)
+            alpha = service.settings.alpha  # the page's length penalty: transduce serve --alpha
+            service.check_search(req.beam, 1, alpha)
             hops, detected = route(service, req.source, req.target, req.text)
             text = req.text
             for hop in hops[:-1]:  # through a pivot: the first model's translations are the last one's source
-                text = [r.text for r in await service.translate(hop.spec, text, req.beam, target_lang=hop.target_lang)]
+                done = await service.translate(hop.spec, text, req.beam, 1, alpha, target_lang=hop.target_lang)
+                text = [r.text for r in done]
             last = hops[-1]
             service.check_text(last.spec, text, "text")
-            result = await service.run(last.spec, text, Attention(req.beam, last.target_lang))
+            result = await service.run(last.spec, text, Attention(req.beam, last.target_lang, alpha))
         except Rejected as e:
             raise _http(e) from None
         except ValueError as e:  # e.g. a model decoded by the C++ step records no attention
@@ -177,5 +217,9 @@ def router(service: Service) -> APIRouter:
             }
             for s in service.pool.specs.values()
         ]
+
+    @api.get("/health", response_model=Health)
+    def server_health() -> Health:
+        return health(service)
 
     return api

@@ -3,7 +3,9 @@
 A document is plain text; a *paragraph* is a run of non-blank lines. Each paragraph is split into
 sentences by ``sentencex`` (Wikimedia's rule-based segmenter: about 300 languages through language
 fallbacks, and about 1,000× faster than ``pysbd`` on English, which matters for gigabyte inputs; see
-docs/documents.md). Everything that is not a sentence's text — blank lines, the whitespace between
+docs/documents.md). Closing quotes and brackets after a sentence's end belong to that sentence (``…was it?”``,
+``…left.")``), including those the segmenter leaves at the start of the next sentence, and a sentence end
+behind them followed by whitespace and a capital is a boundary too. Everything that is not a sentence's text — blank lines, the whitespace between
 sentences, a paragraph's leading indentation and trailing newline, ``\\r\\n`` line ends — is kept verbatim,
 so ``"".join`` of the pieces gives the input back exactly. Inside a sentence, a run of whitespace
 (a line break of wrapped text, double spaces) is given to the model as one space.
@@ -22,6 +24,13 @@ from sentencex import segment
 
 _SPACE = re.compile(r"\s+")
 _EDGES = re.compile(r"^(\s*)(.*?)(\s*)$", re.DOTALL)
+_QUOTES = "\"'\u2018-\u201f\u00ab\u00bb\u2039\u203a"  # straight and typographic, either way round
+_CLOSING = _QUOTES + ")\\]}\u300d\u300f\uff09"
+_ENDS = ".!?\u2026"
+# closing marks (and sentence ends) the segmenter left at the start of the next sentence, then whitespace
+_CLOSERS = re.compile(f"([{_CLOSING}{_ENDS}]+)(?=\\s|$)")
+# a sentence end, closing marks, whitespace, then opening marks and a letter: maybe a boundary the segmenter missed
+_CLOSED_END = re.compile(f"[{_ENDS}][{_CLOSING}]+(\\s+)[{_QUOTES}(\\[]*([^\\W\\d_])")
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,36 @@ def split_paragraph(text: str, lang: str) -> list[Piece]:
     if pos < len(text):
         lead, core, trail = _EDGES.match(text[pos:]).groups()
         pieces += [Piece(p, s) for p, s in ((lead, False), (core, True), (trail, False)) if p]
-    return _merge(pieces)
+    return _merge([q for p in _closers_back(pieces) for q in _split_closed(p)])
+
+
+def _closers_back(pieces: list[Piece]) -> list[Piece]:
+    """Closing marks the segmenter put at the start of the next sentence (``?'”``, ``.")``, German ``?“``)
+    given back to the sentence they close, so the whitespace after them lies between the sentences."""
+    out: list[Piece] = []
+    for p in pieces:
+        run = _CLOSERS.match(p.text) if out and out[-1].sentence and p.sentence else None
+        if run is None:
+            out.append(p)
+            continue
+        out[-1] = Piece(out[-1].text + run.group(1), sentence=True)
+        lead, core, trail = _EDGES.match(p.text[run.end(1) :]).groups()
+        out += [Piece(t, s) for t, s in ((lead, False), (core, True), (trail, False)) if t]
+    return out
+
+
+def _split_closed(piece: Piece) -> list[Piece]:
+    """A sentence piece cut where a sentence end and closing marks are followed by whitespace and a capital
+    (``…left.") Then``, ``…asked?!] She``; not a lower-case letter): boundaries the segmenter does not see
+    behind a bracket or quote."""
+    if not piece.sentence:
+        return [piece]
+    out, pos = [], 0
+    for m in _CLOSED_END.finditer(piece.text):
+        if not m.group(2).islower():
+            out += [Piece(piece.text[pos : m.start(1)], True), Piece(m.group(1))]
+            pos = m.end(1)
+    return out + [Piece(piece.text[pos:], True)]
 
 
 def _merge(pieces: list[Piece]) -> list[Piece]:

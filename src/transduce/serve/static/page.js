@@ -23,15 +23,17 @@ async function loadPairs() {
   const languages = await answer(await fetch("/languages"));
   const names = Object.fromEntries(languages.map((l) => [l.code, l.name]));
   const select = $("pair");
+  // each language lists itself among its targets (as LibreTranslate does): no pair to translate
+  const targets = (lang) => lang.targets.filter((t) => t !== lang.code);
   for (const lang of languages) {
-    for (const target of lang.targets) {
+    for (const target of targets(lang)) {
       const option = document.createElement("option");
       option.value = lang.code + "|" + target;
       option.textContent = `${lang.name} \u2192 ${names[target] || target}`;
       select.appendChild(option);
     }
   }
-  for (const target of [...new Set(languages.flatMap((l) => l.targets))].sort()) {
+  for (const target of [...new Set(languages.flatMap(targets))].sort()) {
     const option = document.createElement("option");
     option.value = "auto|" + target;
     option.textContent = `Detect language \u2192 ${names[target] || target}`;
