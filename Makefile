@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH ?= torch==2.13.0
 JOBS ?= 2
 
-.PHONY: setup jemalloc lint test demo multi30k bench bench-simd clean
+.PHONY: setup jemalloc lint test demo multi30k bench bench-simd bench-libretranslate clean
 # demo training budget in minutes; e.g. `make demo DEMO_MINUTES=3` for a quick look
 DEMO_MINUTES ?= 15
 # Multi30k target language (de or fr), seed, and LOWERCASE=true for the papers' lowercased text
@@ -70,6 +70,18 @@ multi30k: $(STAMP)
 # Side-by-side benchmarks (docs/performance.md): about an hour on an idle machine; not part of `make test`
 bench: $(STAMP)
 	$(PY) bench/run.py --out BENCHMARKS.md
+
+# transduce serve against the real LibreTranslate (pinned, in its own venv, offline) on the same two models: the
+# demo's and a base-size one trained for 25 minutes on the demo's data (docs/serving.md); not part of `make test`
+LT_VENV := runs/bench/lt/venv
+bench-libretranslate: $(STAMP)
+	test -x $(LT_VENV)/bin/libretranslate || { $(PYTHON) -m venv $(LT_VENV) && $(LT_VENV)/bin/pip install -q $(TORCH) \
+	  && $(LT_VENV)/bin/pip install -q libretranslate==1.9.6 && $(LT_VENV)/bin/pip install -q spacy==3.8.18 'rich<13'; }
+	test -f runs/demo/model/config.toml || $(VENV)/bin/transduce demo --minutes $(DEMO_MINUTES)
+	test -f runs/bench/base/run/model/config.toml || $(VENV)/bin/torchrun --standalone --nproc_per_node=2 \
+	  -m transduce train configs/bench-base-bible.toml
+	$(PY) bench/libretranslate.py --model small=runs/demo/model --model base=runs/bench/base/run/model \
+	  --sentences runs/demo/data/test.en --lt-venv $(LT_VENV) | tee runs/bench/libretranslate.md
 
 # vecmath.h's exp and GELU against Google Highway and SLEEF (apt-get install libhwy-dev libsleef-dev)
 bench-simd: $(STAMP)

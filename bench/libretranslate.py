@@ -1,0 +1,364 @@
+"""``transduce serve`` against the real LibreTranslate, on the same model and machine, side by side.
+
+    python bench/libretranslate.py --model small=runs/demo/model --model base=runs/bench/base/model \\
+        --sentences runs/demo/data/test.en --lt-venv runs/bench/lt/venv [--rounds 3]
+
+(``make bench-libretranslate`` installs the pinned LibreTranslate in its own venv, trains or finds the models, and
+runs this.) For each model: exports it to an int8 Argos package (``transduce export --to argos``), installs it
+in a private Argos home for LibreTranslate (offline, as ``../shared/docs/libretranslate-offline.md`` says: an
+empty package index, spaCy's rule-based sentencizer instead of MiniSBD's download, no torch in its process),
+then measures, on all cores and on one core (``taskset``):
+
+- LibreTranslate at its best (``ARGOS_INTRA_THREADS=1``, one replica per core: ``ARGOS_INTER_THREADS``) and with
+  its defaults (all cores only);
+- ``transduce serve`` with its defaults (one worker per core, one thread each).
+
+Each server runs alone while it is measured; rounds alternate the servers. The loads: one sentence at a time
+(requests/s, p50 ms), 8 concurrent clients of one sentence each (requests/s, p50 ms, cores used by the server
+process), and whole ~2,000-character texts one at a time (characters/s). Both servers decode with beam 4 (the
+default of both); LibreTranslate's length penalty is CTranslate2's, 0.2, hard-coded, transduce's the paper's
+α = 0.6 (another formula: ``docs/serving.md``). The outputs of both are compared (identical sentences, and BLEU
+of one against the other), and each server's resident memory is read after its loads. Prints markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from common import ROOT, load_average, machine
+
+LT_VERSION = "1.9.6"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def git_commit() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "src"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
+# ---------------------------------------------------------------- LibreTranslate, offline
+def lt_home(venv: Path, package: Path, work: Path) -> dict[str, str]:
+    """A private Argos home with ``package`` installed, and the environment that makes LibreTranslate use it."""
+    home = work / "lt-home"
+    if home.exists():
+        shutil.rmtree(home)
+    env = {
+        "XDG_DATA_HOME": str(home / "data"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "ARGOS_PACKAGES_DIR": str(home / "packages"),
+        "ARGOS_CHUNK_TYPE": "SPACY",
+        "PYTHONPATH": str(work / "no-torch"),  # thinc imports torch when it can: +180 MiB LibreTranslate never uses
+    }
+    index = home / "data" / "argos-translate" / "index.json"
+    index.parent.mkdir(parents=True)
+    index.write_text("[]")  # offline, fewer than 2 packages: without it boot loops fetching the index
+    (home / "cache" / "argos-translate" / "spacy" / "senter" / "model").mkdir(parents=True)
+    fake = work / "no-torch" / "torch"
+    fake.mkdir(parents=True, exist_ok=True)
+    (fake / "__init__.py").write_text("raise ImportError('torch is kept out of this benchmark process')\n")
+    script = (
+        "import sys, pathlib, spacy, argostranslate.package as p\n"
+        "p.install_from_path(pathlib.Path(sys.argv[1]))\n"
+        "for pkg in p.get_installed_packages():\n"
+        "    spacy.blank('en').to_disk(pkg.package_path / 'spacy')\n"
+    )
+    install_env = {**os.environ, **env, "PYTHONPATH": ""}
+    subprocess.run([str(venv / "bin" / "python"), "-c", script, str(package)], check=True, env=install_env)
+    return env
+
+
+# ---------------------------------------------------------------- servers
+@dataclass
+class Server:
+    name: str
+    cmd: list[str]
+    env: dict[str, str]
+    cores: str  # taskset's list
+    proc: subprocess.Popen | None = None
+    port: int = 0
+    start_s: float = 0.0
+    log: Path | None = None
+
+    def start(self, work: Path) -> None:
+        self.port = free_port()
+        cmd = [c.replace("{port}", str(self.port)) for c in self.cmd]
+        self.log = work / f"{self.name.replace(' ', '_').replace(',', '')}.log"
+        began = time.monotonic()
+        self.proc = subprocess.Popen(
+            ["taskset", "-c", self.cores, *cmd],
+            env={**os.environ, **self.env},
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = began + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/languages", timeout=2).status_code == 200:
+                    self.start_s = time.monotonic() - began
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{self.name} did not answer within 300 s: {self.log}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def pids(self) -> list[int]:
+        out = subprocess.run(["pgrep", "-s", str(self.proc.pid)], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()] or [self.proc.pid]
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the server's processes."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for pid in self.pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
+            except (OSError, IndexError):
+                pass
+        return total
+
+    def rss_mib(self) -> float:
+        total = 0
+        for pid in self.pids():
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            except OSError:
+                pass
+        return total / 1024
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+# ---------------------------------------------------------------- loads
+@dataclass
+class Result:
+    rate: list[float] = field(default_factory=list)  # requests/s or characters/s, one per round
+    p50_ms: list[float] = field(default_factory=list)
+    cores: list[float] = field(default_factory=list)  # CPU seconds of the server / wall seconds
+
+
+def post(client: httpx.Client, text: str, source: str, target: str) -> tuple[float, str]:
+    start = time.perf_counter()
+    r = client.post("/translate", json={"q": text, "source": source, "target": target, "format": "text"})
+    took = time.perf_counter() - start
+    if r.status_code != 200:
+        raise RuntimeError(f"{r.status_code} {r.text[:300]}")
+    return took, r.json()["translatedText"]
+
+
+def one_at_a_time(server: Server, texts: list[str], pair) -> tuple[float, float, list[str]]:
+    with httpx.Client(base_url=server.url, timeout=300) as c:
+        post(c, texts[0], *pair)  # warm-up
+        start = time.perf_counter()
+        answers = [post(c, t, *pair) for t in texts]
+        wall = time.perf_counter() - start
+    return wall, statistics.median(t for t, _ in answers) * 1000, [a for _, a in answers]
+
+
+def concurrent(server: Server, texts: list[str], pair, clients: int) -> tuple[float, float, float]:
+    shares = [texts[i::clients] for i in range(clients)]
+
+    def client(mine):
+        with httpx.Client(base_url=server.url, timeout=300) as c:
+            return [post(c, t, *pair)[0] for t in mine]
+
+    cpu = server.cpu_s()
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        times = [t for ts in pool.map(client, shares) for t in ts]
+    wall = time.perf_counter() - start
+    return wall, statistics.median(times) * 1000, (server.cpu_s() - cpu) / wall
+
+
+def whole_texts(sentences: list[str], chars: int, count: int) -> list[str]:
+    """``count`` texts of consecutive sentences joined by a space, each about ``chars`` characters."""
+    texts, current = [], ""
+    for s in sentences:
+        if current and len(current) + 1 + len(s) > chars:
+            texts.append(current)
+            current = ""
+            if len(texts) == count:
+                break
+        current = f"{current} {s}" if current else s
+    return texts
+
+
+# ---------------------------------------------------------------- one model
+def export_package(model: Path, out: Path) -> Path:
+    package = out / "model.argosmodel"
+    cmd = [sys.executable, "-m", "transduce", "export", "--to", "argos", "--model", str(model)]
+    subprocess.run([*cmd, "--out", str(package), "--quantization", "int8"], check=True, stdout=subprocess.DEVNULL)
+    return package
+
+
+def servers_for(model: Path, venv: Path, env: dict[str, str], pair, cores: int) -> dict[str, list[Server]]:
+    """The contenders on all cores and on one core."""
+    lt_cmd = [str(venv / "bin" / "libretranslate"), "--host", "127.0.0.1", "--port", "{port}"]
+    lt_cmd += ["--load-only", ",".join(pair), "--disable-files-translation"]
+    td_cmd = [sys.executable, "-m", "transduce", "serve", "--model", str(model), "--port", "{port}"]
+    td_cmd += ["--disable-files-translation"]
+    every = f"0-{cores - 1}"
+    best = {"ARGOS_INTRA_THREADS": "1", "ARGOS_INTER_THREADS": str(cores)}
+    return {
+        f"{cores} cores": [
+            Server("LibreTranslate, best", lt_cmd, {**env, **best}, every),
+            Server("LibreTranslate, defaults", lt_cmd, env, every),
+            Server("transduce", td_cmd, {}, every),
+        ],
+        "1 core": [
+            Server(
+                "LibreTranslate, best", lt_cmd, {**env, "ARGOS_INTRA_THREADS": "1", "ARGOS_INTER_THREADS": "1"}, "0"
+            ),
+            Server("transduce", td_cmd, {}, "0"),
+        ],
+    }
+
+
+def measure(servers: list[Server], sentences: list[str], texts: list[str], pair, rounds: int, work: Path):
+    loads = ("one sentence at a time", "8 clients, one sentence each", "whole ~2,000-character texts")
+    results = {s.name: {load: Result() for load in loads} for s in servers}
+    outputs, memory, starts = {}, {}, {}
+    for r in range(rounds):
+        for server in servers if r % 2 == 0 else servers[::-1]:
+            server.start(work)
+            starts.setdefault(server.name, []).append(server.start_s)
+            try:
+                res = results[server.name]
+                wall, p50, out = one_at_a_time(server, sentences, pair)
+                res[loads[0]].rate.append(len(sentences) / wall)
+                res[loads[0]].p50_ms.append(p50)
+                outputs[server.name] = out
+                wall, p50, cores = concurrent(server, sentences * 2, pair, 8)
+                res[loads[1]].rate.append(2 * len(sentences) / wall)
+                res[loads[1]].p50_ms.append(p50)
+                res[loads[1]].cores.append(cores)
+                wall, _, _ = one_at_a_time(server, texts, pair)
+                res[loads[2]].rate.append(sum(map(len, texts)) / wall)
+                memory[server.name] = server.rss_mib()
+            finally:
+                server.stop()
+            print(f"  round {r + 1}: {server.name} done (load {load_average()})", file=sys.stderr, flush=True)
+    return loads, results, outputs, memory, starts
+
+
+def table(loads, results, names: list[str], rival: str, memory, starts) -> list[str]:
+    head = "| load | " + " | ".join(names) + " |"
+    lines = [head, "|" + "---|" * (len(names) + 1)]
+    for load in loads:
+        cells = []
+        for name in names:
+            res = results[name][load]
+            rate = statistics.median(res.rate)
+            cell = f"{rate:,.0f}" if "texts" in load else f"{rate:.1f}"
+            if res.p50_ms:
+                cell += f" ({statistics.median(res.p50_ms):.1f} ms)"
+            if res.cores:
+                cell += f", {statistics.median(res.cores):.2f} cores"
+            if name != rival:
+                cell += f", **{rate / statistics.median(results[rival][load].rate):.2f}×**"
+            cells.append(cell)
+        lines.append(f"| {load} | " + " | ".join(cells) + " |")
+    lines.append("| resident memory (MiB) | " + " | ".join(f"{memory[n]:.0f}" for n in names) + " |")
+    lines.append(
+        "| start to first answer (s) | " + " | ".join(f"{statistics.median(starts[n]):.1f}" for n in names) + " |"
+    )
+    return lines
+
+
+def agreement(outputs: dict[str, list[str]], a: str, b: str) -> str:
+    import sacrebleu
+
+    same = sum(x == y for x, y in zip(outputs[a], outputs[b]))
+    bleu = sacrebleu.corpus_bleu(outputs[a], [outputs[b]]).score
+    return f"{same} of {len(outputs[a])} sentences identical; BLEU of {a} against {b}: {bleu:.1f}"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", action="append", required=True, metavar="NAME=DIR", help="a model directory, named")
+    p.add_argument("--sentences", type=Path, required=True, help="source sentences, one per line")
+    p.add_argument("--lt-venv", type=Path, required=True, help=f"a venv with libretranslate=={LT_VERSION}")
+    p.add_argument("--work", type=Path, default=ROOT / "runs" / "bench" / "libretranslate")
+    p.add_argument("--count", type=int, default=200, help="sentences of the one-at-a-time load (default 200)")
+    p.add_argument("--texts", type=int, default=8, help="whole texts per round (default 8)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
+    args = p.parse_args()
+    lines = [s.strip() for s in args.sentences.read_text(encoding="utf-8").splitlines() if s.strip()]
+    sentences = lines[: args.count]
+    texts = whole_texts(lines[args.count :], 2000, args.texts)
+    print(f"# transduce serve and LibreTranslate {LT_VERSION}, side by side\n")
+    print(
+        f"`python bench/libretranslate.py {' '.join(sys.argv[1:])}`; {machine()}; {time.strftime('%Y-%m-%d')}; "
+        f"commit {git_commit()}; {len(sentences)} sentences, {len(texts)} texts of about 2,000 characters; "
+        f"{args.rounds} rounds, medians; beam 4 both.\n"
+    )
+    for spec in args.model:
+        name, _, directory = spec.partition("=")
+        model = Path(directory)
+        meta = json.loads(
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import json,sys; from transduce.modeldir import read_model_config as r; "
+                    "print(json.dumps(r(sys.argv[1])[1]))",
+                    str(model),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
+        pair = (str(meta["src_lang"]), str(meta["tgt_lang"]))
+        work = args.work / name
+        work.mkdir(parents=True, exist_ok=True)
+        env = lt_home(args.lt_venv, export_package(model, work), work)
+        for where, servers in servers_for(model, args.lt_venv, env, pair, args.cores).items():
+            print(f"{name}, {where} ...", file=sys.stderr, flush=True)
+            loads, results, outputs, memory, starts = measure(servers, sentences, texts, pair, args.rounds, work)
+            names = [s.name for s in servers]
+            print(f"## {name} model ({model}), {where}\n")
+            print("Requests/s (p50 latency); whole texts in characters/s; ratios against LibreTranslate at its best.\n")
+            print("\n".join(table(loads, results, names, "LibreTranslate, best", memory, starts)))
+            print(f"\nOutputs: {agreement(outputs, 'transduce', 'LibreTranslate, best')}.\n", flush=True)
+
+
+if __name__ == "__main__":
+    main()
