@@ -81,8 +81,18 @@ def test_each_level_builds_under_its_own_name(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(cpp_extension, "_get_build_directory", lambda name, verbose: str(tmp_path / name))
     monkeypatch.setattr(cpp_extension, "load", lambda **kw: seen.update(kw) or "module")
-    assert cpp.build("k", tmp_path / "k.cpp", "k", "none", flags=("-O3",)) == "module"
-    assert seen["name"] == "k_avx2" and "-mavx2" in seen["extra_cflags"]
+    source = tmp_path / "k.cpp"
+    source.write_text("// one version\n")
+    assert cpp.build("k", source, "k", "none", flags=("-O3",)) == "module"
+    assert seen["name"].startswith("k_avx2_") and "-mavx2" in seen["extra_cflags"]
     assert not any(f.startswith("-march") for f in seen["extra_cflags"])
-    assert cpp.build("k", tmp_path / "k.cpp", "k", "none", flags=("-O3",), isa="scalar") == "module"
-    assert seen["name"] == "k_scalar" and not any(f.startswith("-m") for f in seen["extra_cflags"])
+    first = seen["name"]
+    assert cpp.build("k", source, "k", "none", flags=("-O3",), isa="scalar") == "module"
+    assert seen["name"].startswith("k_scalar_") and not any(f.startswith("-m") for f in seen["extra_cflags"])
+    # another version of the source (another checkout) gets a build of its own instead of replacing this one
+    source.write_text("// another version\n")
+    cpp.build("k", source, "k", "none", flags=("-O3",))
+    assert seen["name"].startswith("k_avx2_") and seen["name"] != first
+    source.write_text("// one version\n")
+    cpp.build("k", source, "k", "none", flags=("-O3",))
+    assert seen["name"] == first

@@ -151,7 +151,8 @@ def build(
     SIMD level ``isa`` (:func:`isa_named`), or None, with a warning naming ``what`` could not be
     built and the ``fallback`` that runs instead.
 
-    The module is named ``{name}_{isa}``: one build per level in the cache. A define changes with the
+    The module is named ``{name}_{isa}_{version}``: one build per level and per version of the code (the
+    source, its headers and the flags) in the cache. A define changes with the
     headers, since torch rebuilds when the source or the flags change, not a header. The default flags
     (``-ffast-math``, so that the exp loops vectorise) suit the training kernels, whose inputs are finite
     logits and activations; the decoder step masks with -inf and passes its own flags, without it.
@@ -160,7 +161,12 @@ def build(
 
     level = isa_named(isa)
     digest = hashlib.sha1(b"".join(h.read_bytes() for h in (*headers, *level.includes))).hexdigest()[:12]
-    module = f"{name}_{level.name}"
+    # the source, headers and flags name the build: two versions of the code (two checkouts, an upgrade, a
+    # rollback) keep a build each in the cache, where one shared name rebuilt it at every switch (~40 s a start)
+    version = hashlib.sha1(
+        b"\0".join([source.read_bytes() if source.is_file() else b"", digest.encode(), *map(str.encode, flags)])
+    ).hexdigest()[:8]
+    module = f"{name}_{level.name}_{version}"
     try:
         with builder_lock(Path(cpp_extension._get_build_directory(module, verbose=False))):
             return cpp_extension.load(
