@@ -8,7 +8,7 @@ any other table (OpenNMT-py's sines-then-cosines, a learned one) as ``positions 
 table, which adds the same numbers. A linear layer without a bias (OpenNMT-py's attention) gets zeros.
 
 Vocabularies are re-ordered into transduce's layout (pad, unk, bos, eos, then the rest in CTranslate2's
-order) with :func:`transduce.interop.marian.reorder_spm`: OpenNMT's ``<blank>`` is the pad token, and a
+order) with :func:`transduce.data.vocab.reorder_spm`: OpenNMT's ``<blank>`` is the pad token, and a
 vocabulary without one gets a pad row of zeros (it is only ever masked).
 
 Everything unsupported is collected and raised as one :class:`ConfigError` that names the file and variable.
@@ -23,11 +23,10 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
-from ..data.vocab import Vocab, Vocabs
+from ..data.vocab import SPECIALS, Vocab, Vocabs, reorder_spm
 from ..model import ModelConfig, Transformer
 from ..model.embeddings import sinusoid_table
 from .ct2_model import CT2Model, dequantize
-from .marian import SPECIALS, reorder_spm
 
 ACTIVATIONS = {0: "relu", 2: "swish", 3: "gelu"}  # CTranslate2's Activation ids (RELU, SWISH, GELU)
 PAD_NAMES = ("<pad>", "<blank>")  # transduce's and OpenNMT's padding tokens

@@ -31,10 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ConfigError
-from ..data.vocab import Vocab, Vocabs
+from ..data.vocab import SPECIALS, Vocab, Vocabs
 from ..model import ModelConfig, Transformer
 from ..model.embeddings import sinusoid_table
-from .marian import SPECIALS
 
 CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}  # model.activation -> ct2's Activation
 # rows of an exported sinusoid table at least: callers such as argostranslate leave CTranslate2's
