@@ -1,6 +1,7 @@
 """Reading text: strict UTF-8 naming file and line, NFC, aligned line counts, TSV fields, counted skips."""
 
 import gzip
+import io
 import json
 
 import pytest
@@ -75,3 +76,21 @@ def test_cli_errors_and_skip_invalid_counts(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert "t.en has 41 lines" in err and "s.de has 1" in err
+
+
+def test_commands_without_skip_invalid_read_the_same_way_and_do_not_suggest_it(tmp_path, capsys, monkeypatch):
+    """evaluate (as score and check-backends) reads with read_lines: NFC text, stdin for ``-``, and an error
+    that names file and line but not prepare's --skip-invalid, which these commands lack."""
+    ref = write(tmp_path / "r.fr", "un caf\u00e9 noir et un croissant chaud\n".encode())
+    hyp = write(
+        tmp_path / "h.fr", "un cafe\u0301 noir et un croissant chaud\r\n".encode()
+    )  # decomposed é, Windows line end
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--lang", "fr", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bleu"] == 100
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(hyp.read_bytes())))
+    assert main(["evaluate", "--hyp", "-", "--ref", str(ref), "--lang", "fr", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bleu"] == 100
+    bad = write(tmp_path / "b.fr", b"un caf\xe9 noir\n")  # Latin-1
+    assert main(["evaluate", "--hyp", str(bad), "--ref", str(ref), "--lang", "fr"]) == 2
+    err = capsys.readouterr().err
+    assert "b.fr, line 1: invalid UTF-8 (byte 0xe9 at column 7)" in err and "--skip-invalid" not in err

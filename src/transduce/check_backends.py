@@ -64,12 +64,12 @@ def run(args) -> int:
         refs = [ids.tgt_text(i) for i in range(len(ids))]
         name, lang = f"{args.data} {args.split}", args.lang or data.manifest["tgt_lang"]
     else:
-        from .text.streaming import read_lines
+        from .data.reading import read_lines
 
         if args.ref is None and not args.speed_only:
             raise ValueError("--src needs --ref (or --speed-only)")
-        sources, name = read_lines(args.src), str(args.src)
-        refs = read_lines(args.ref) if args.ref is not None else []
+        sources, name = read_lines(args.src).lines, str(args.src)
+        refs = read_lines(args.ref).lines if args.ref is not None else []
         lang = args.lang or meta.get("tgt_lang")
         if not lang and not args.speed_only:
             raise ValueError("the target language is unknown: give --lang")

@@ -78,15 +78,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    from .text.streaming import read_lines
+    from .data.reading import read_lines
 
-    refs = read_lines(args.ref)
+    refs = read_lines(args.ref).lines
     if (args.hyp is None) == (args.model is None):
         raise ValueError("give either --hyp or --model with --src")
     if args.hyp is not None:
         if not args.lang:
             raise ValueError("--lang (target language) is needed with --hyp")
-        hyps = read_lines(args.hyp)
+        hyps = read_lines(args.hyp).lines
         if len(hyps) != len(refs):
             raise ValueError(f"{args.hyp} has {len(hyps)} lines but {args.ref} has {len(refs)}")
         result = score_translations(hyps, refs, args.lang)
@@ -95,7 +95,7 @@ def run(args) -> int:
             raise ValueError("--model needs --src")
         from .api import load
 
-        src = read_lines(args.src)
+        src = read_lines(args.src).lines
         if len(src) != len(refs):
             raise ValueError(f"{args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
         translator = load(args.model, args.device, channel=args.channel, backend=backend_from_args(args))

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from .backends.measure import measure, summary
+from .data.reading import read_lines
 from .interop import import_marian
-from .text.streaming import read_lines
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +65,7 @@ def held_out(args: argparse.Namespace) -> tuple[list[str], list[str], str] | Non
             raise ValueError("--check-count needs --check-backends SRC REF")
         return None
     src, ref = args.check_backends
-    sources, refs = read_lines(src), read_lines(ref)
+    sources, refs = read_lines(src).lines, read_lines(ref).lines
     if len(sources) != len(refs):
         raise ValueError(f"--check-backends: {src} has {len(sources)} lines but {ref} has {len(refs)}")
     name = str(src)

@@ -51,10 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from .api import load
-    from .text.streaming import read_lines
+    from .data.reading import read_lines
 
     torch.set_num_threads(args.threads)
-    lines = [read_lines(args.source), read_lines(args.target)]
+    lines = [read_lines(args.source).lines, read_lines(args.target).lines]
     if len(lines[0]) != len(lines[1]):
         raise ValueError(f"{args.source} has {len(lines[0])} lines but {args.target} has {len(lines[1])}")
     translator = load(args.model, args.device)

@@ -13,7 +13,7 @@ reading.py   — strict UTF-8 that names file and line, NFC, file hashes
 filters.py   — sentence-pair filters, each counting what it removed
 dedup.py     — de-duplication in bounded memory (8-byte digests)
 download.py  — downloads that never leave a half-written file
-vocab.py     — SentencePiece BPE vocabularies with fixed special-token ids
+vocab.py     — SentencePiece BPE vocabularies with fixed special-token ids; foreign ones re-ordered into them
 encode.py    — encoding in parallel processes into token-id arrays
 dataset.py   — a prepared data directory opened for training and evaluation
 batching.py  — token-budget batches from length-sorted buckets, sharded over ranks

@@ -3,12 +3,16 @@
 A line is what lies between ``\\n`` bytes; a trailing ``\\r`` (Windows line ends) is part of the
 line end, not the text. ``.gz`` files are decompressed transparently. Every text is NFC-normalised
 (Unicode canonical composition), so the same visible sentence is always the same ids.
+
+:func:`read_lines` is the one reader of a whole text file: ``prepare``'s corpora, and the sources,
+references and hypotheses of ``evaluate``, ``score``, ``check-backends`` and ``import --check-backends``.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import sys
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +22,7 @@ from pathlib import Path
 class Lines:
     """The lines of one file: ``None`` where a line is not valid UTF-8 (only with ``skip_invalid``)."""
 
-    path: Path
+    path: Path | str  # "<stdin>" for standard input
     lines: list[str | None]
     sha256: str
 
@@ -40,27 +44,34 @@ def nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
-def decode_line(raw: bytes, path: Path | str, number: int, skip_invalid: bool) -> str | None:
-    """UTF-8 decode one line (``number`` counts from 1); on bad bytes raise naming file and line."""
+def decode_line(raw: bytes, path: Path | str, number: int, skip_invalid: bool | None) -> str | None:
+    """UTF-8 decode one line (``number`` counts from 1); on bad bytes raise naming file and line.
+
+    ``skip_invalid``: True gives None for such a line (the caller counts it); False raises, suggesting
+    ``--skip-invalid``; None raises without that suggestion (for commands that have no such option)."""
     try:
         return nfc(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         if skip_invalid:
             return None
+        hint = "; fix the file or pass --skip-invalid to skip and count such lines" if skip_invalid is False else ""
         raise ValueError(
-            f"{path}, line {number}: invalid UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1}); "
-            "fix the file or pass --skip-invalid to skip and count such lines"
+            f"{path}, line {number}: invalid UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1}){hint}"
         ) from None
 
 
-def read_lines(path: str | Path, skip_invalid: bool = False) -> Lines:
-    """All lines of a text file (``.gz`` allowed), UTF-8 decoded and NFC-normalised."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    data = path.read_bytes()
+def read_lines(path: str | Path | None, skip_invalid: bool | None = None) -> Lines:
+    """All lines of a text file (``.gz`` allowed), or of stdin for None or ``-``, UTF-8 decoded and
+    NFC-normalised; ``skip_invalid`` as :func:`decode_line` takes it."""
+    if path is None or path == "-":
+        path, data = "<stdin>", sys.stdin.buffer.read()
+    else:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+        data = path.read_bytes()
     sha = hashlib.sha256(data).hexdigest()
-    if path.suffix == ".gz":
+    if isinstance(path, Path) and path.suffix == ".gz":
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError) as e:

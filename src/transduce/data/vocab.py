@@ -7,6 +7,9 @@ A vocabulary directory holds ``vocab.json`` (what is shared, sizes, lowercasing)
 SentencePiece model per side: ``shared.model`` (the paper's shared BPE, §5.1),
 or ``src.model`` and ``tgt.model``.
 
+Other SentencePiece models enter this layout through :func:`reorder_spm` (imports of foreign models),
+and a multilingual model's ``>>code<<`` pieces are its target languages (:func:`language_tokens`).
+
 A *lowercasing* vocabulary (``prepare --lowercase``, how Multi30k papers prepare their text) is
 trained on lowercased text and lowercases whatever it encodes, so a model trained with it sees the
 same normalisation in training, evaluation, ``translate`` and the server. Its outputs are lowercase.
@@ -24,8 +27,11 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from ..config import ConfigError
+
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 BATCH_ENCODE = 64  # sentences from which sentencepiece's threaded batch encoding pays (encode_batch)
+SPECIALS = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}  # the pieces of those ids
 
 
 class Vocab:
@@ -184,3 +190,71 @@ def _need(path: Path) -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing vocabulary file")
     return path
+
+
+def language_tokens(vocab: Vocab) -> dict[str, int]:
+    """Multilingual models' target-language tokens: ``{"deu": id of ">>deu<<", ...}`` (empty for others)."""
+    out = {}
+    for i in range(len(vocab)):
+        piece = vocab.sp.id_to_piece(i)
+        if piece.startswith(">>") and piece.endswith("<<") and len(piece) > 4:
+            out[piece[2:-2]] = i
+    return out
+
+
+def reorder_spm(proto_bytes: bytes, order: list[str], where: str) -> tuple[bytes, list[str]]:
+    """A SentencePiece model whose piece i is ``order[i]`` and whose specials sit at ids 0..3.
+
+    Scores and types come from the original model, so segmentation is unchanged; pieces of
+    ``order`` unknown to this model become UNUSED (never produced). Returns the new model
+    and the original pieces that ``order`` lacks (they could not be given an id). What an import
+    (``interop/``) makes of a foreign model's vocabulary.
+    """
+    from sentencepiece import sentencepiece_model_pb2 as spm_pb2  # protobuf: loaded only for an import
+
+    model = spm_pb2.ModelProto()
+    try:
+        model.ParseFromString(proto_bytes)
+    except Exception as e:  # protobuf's DecodeError
+        raise ConfigError(f"{where}: not a SentencePiece model ({e})") from None
+    old = {p.piece: p for p in model.pieces}
+    kinds = {
+        SPECIALS["pad"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
+        SPECIALS["unk"]: spm_pb2.ModelProto.SentencePiece.UNKNOWN,
+        SPECIALS["bos"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
+        SPECIALS["eos"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
+    }
+    new = spm_pb2.ModelProto()
+    new.CopyFrom(model)
+    del new.pieces[:]
+    # Below every real score: BPE merges by score and would otherwise try an UNUSED piece first.
+    floor = min((p.score for p in model.pieces), default=0.0) - 1000.0
+    for piece in order:
+        p = new.pieces.add()
+        if piece in old:
+            p.CopyFrom(old[piece])
+        else:
+            p.piece, p.score = piece, floor
+            p.type = spm_pb2.ModelProto.SentencePiece.UNUSED
+        if piece in kinds and p.type != kinds[piece]:
+            p.type = kinds[piece]
+    spec = new.trainer_spec
+    wanted_spec = dict(
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        vocab_size=len(order),
+        pad_piece=SPECIALS["pad"],
+        unk_piece=SPECIALS["unk"],
+        bos_piece=SPECIALS["bos"],
+        eos_piece=SPECIALS["eos"],
+    )
+    for field, value in wanted_spec.items():  # only what differs, so an unchanged model stays byte-identical
+        if getattr(spec, field) != value:
+            setattr(spec, field, value)
+    wanted = set(order)
+    dropped = [
+        p.piece for p in model.pieces if p.piece not in wanted and p.type == spm_pb2.ModelProto.SentencePiece.NORMAL
+    ]
+    return new.SerializeToString(), dropped

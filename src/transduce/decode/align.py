@@ -23,6 +23,7 @@ from ..model import Transformer
 from .step import pytorch_model
 
 Alignment = list[tuple[int, int]]  # (source word, target word) pairs
+WORD_START = "\u2581"  # SentencePiece's mark of a space
 
 
 def default_layer(model: Transformer) -> int:
@@ -37,7 +38,7 @@ def word_of_pieces(pieces: list[str]) -> list[int | None]:
     word, prev_space = -1, True
     for piece in pieces:
         first = None
-        for ch in piece.replace("\u2581", " "):
+        for ch in piece.replace(WORD_START, " "):
             if ch.isspace():
                 prev_space = True
                 continue

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..data.vocab import Vocabs
+from ..data.vocab import Vocabs, language_tokens
 from ..fastpaths import FastPaths
 from . import rerank as rerank_
 from .align import align
@@ -78,8 +78,6 @@ class Translator:
     def target_languages(self) -> dict[str, int]:
         """A multilingual model's target languages: code -> id of its ``>>code<<`` token (empty for others)."""
         if not hasattr(self, "_target_languages"):
-            from ..interop.marian import language_tokens
-
             self._target_languages = language_tokens(self.vocabs.src)
         return self._target_languages
 

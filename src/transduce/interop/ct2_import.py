@@ -1,6 +1,6 @@
 """A CTranslate2 ``TransformerSpec`` model (read by ``ct2_model.py``) -> a transduce model and vocabularies.
 
-The mapping is :func:`transduce.interop.ctranslate2.build_spec` read backwards: fused Q/K/V
+The mapping is the export's table of names (:mod:`transduce.interop.ctranslate2`) read backwards: fused Q/K/V
 (``self_attention/linear_0``), fused encoder–decoder K/V (``attention/linear_1``), one LayerNorm per
 sub-layer, and, for pre-norm models, ``encoder/layer_norm`` and ``decoder/layer_norm`` as the stacks' final
 norms. The position table is kept as it is: our interleaved sinusoids import as ``positions = "sinusoidal"``,
@@ -8,7 +8,7 @@ any other table (OpenNMT-py's sines-then-cosines, a learned one) as ``positions 
 table, which adds the same numbers. A linear layer without a bias (OpenNMT-py's attention) gets zeros.
 
 Vocabularies are re-ordered into transduce's layout (pad, unk, bos, eos, then the rest in CTranslate2's
-order) with :func:`transduce.interop.marian.reorder_spm`: OpenNMT's ``<blank>`` is the pad token, and a
+order) with :func:`transduce.data.vocab.reorder_spm`: OpenNMT's ``<blank>`` is the pad token, and a
 vocabulary without one gets a pad row of zeros (it is only ever masked).
 
 Everything unsupported is collected and raised as one :class:`ConfigError` that names the file and variable.
@@ -23,11 +23,11 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
-from ..data.vocab import Vocab, Vocabs
+from ..data.vocab import SPECIALS, Vocab, Vocabs, reorder_spm
 from ..model import ModelConfig, Transformer
 from ..model.embeddings import sinusoid_table
 from .ct2_model import CT2Model, dequantize
-from .marian import SPECIALS, reorder_spm
+from .ctranslate2 import POSITION_TABLES, SRC_EMBEDDING, VOCABULARY_ROWS, layer_variables
 
 ACTIVATIONS = {0: "relu", 2: "swish", 3: "gelu"}  # CTranslate2's Activation ids (RELU, SWISH, GELU)
 PAD_NAMES = ("<pad>", "<blank>")  # transduce's and OpenNMT's padding tokens
@@ -65,46 +65,16 @@ def check_transformer_spec(ct2: CT2Model) -> dict[str, Any]:
     scales = {flag("encoder/scale_embeddings", 1), flag("decoder/scale_embeddings", 1)}
     if len(scales) != 1:
         problems.append("encoder/scale_embeddings and decoder/scale_embeddings differ")
-    for name, what in (
-        ("encoder/embeddings_1/weight", "more than one source embedding (source factors)"),
-        ("encoder/layernorm_embedding/gamma", "a LayerNorm after the embeddings"),
-        ("decoder/layernorm_embedding/gamma", "a LayerNorm after the embeddings"),
-        ("decoder/project_in/weight", "project_in/project_out layers"),
-        ("encoder/layer_0/self_attention/relative_position_keys", "relative position representations"),
-        ("encoder/layer_0/self_attention/relative_attention_bias", "a relative attention bias (T5)"),
-        ("encoder/layer_0/self_attention/queries_scale", "a queries scale other than 1/sqrt(d_k)"),
-        ("encoder/layer_0/ffn/linear_0_noact/weight", "gated feed-forward units (GLU)"),
-        ("encoder/layer_0/input_layer_norm/gamma", "extra pre/post layer norms"),
-        ("decoder/layer_0/self_attention/rotary_dim", "rotary position embeddings"),
-    ):
-        if name in names:
-            problems.append(f"{name}: {what}")
-    for name in ("encoder/layer_0/self_attention/layer_norm/gamma", "decoder/layer_0/ffn/layer_norm/gamma"):
-        if name in names and f"{name[: -len('gamma')]}beta" not in names:
-            problems.append(f"{name[: -len('/gamma')]}: RMS normalisation (no beta)")
-    for name in ("encoder/multi_query_attention", "decoder/alibi", "decoder/start_from_zero_embedding"):
-        if flag(name):
-            problems.append(f"{name} is set")
-    if "decoder/scale_outputs" in names:
-        problems.append("decoder/scale_outputs: scaled decoder outputs")
-    for stack in ("encoder", "decoder"):
-        if f"{stack}/position_encodings/encodings" not in names:
-            problems.append(f"{stack}/position_encodings/encodings: missing (no stored position table)")
-    cfg = ct2.config
-    if cfg.get("add_source_bos"):
-        problems.append("config.json add_source_bos is true (a source starting with <s>)")
-    if cfg.get("multi_query_attention"):
-        problems.append("config.json multi_query_attention is true")
+    problems += _unsupported(ct2)
     if problems:
         raise ConfigError(f"{where}: transduce cannot import this model: " + "; ".join(problems))
 
-    emb = ct2.get("encoder/embeddings_0/weight") or ct2.get("encoder/embeddings/weight")
+    emb = ct2.get(SRC_EMBEDDING) or ct2.get("encoder/embeddings/weight")
     ffn = ct2.get("encoder/layer_0/ffn/linear_0/weight")
-    missing = [
-        n for n, v in (("encoder/embeddings_0/weight", emb), ("encoder/layer_0/ffn/linear_0/weight", ffn)) if v is None
-    ]
+    missing = [n for n, v in ((SRC_EMBEDDING, emb), ("encoder/layer_0/ffn/linear_0/weight", ffn)) if v is None]
     if missing:
         raise ConfigError(f"{where}: missing variables {missing}")
+    cfg = ct2.config
     return dict(
         encoder_layers=enc_layers,
         decoder_layers=dec_layers,
@@ -117,6 +87,46 @@ def check_transformer_spec(ct2: CT2Model) -> dict[str, Any]:
         layer_norm_eps=float(cfg.get("layer_norm_epsilon") or CT2_DEFAULT_EPS),
         source_eos=bool(cfg.get("add_source_eos", False)),
     )
+
+
+# variables of what a TransformerSpec may hold and transduce's model has not
+UNSUPPORTED = (
+    ("encoder/embeddings_1/weight", "more than one source embedding (source factors)"),
+    ("encoder/layernorm_embedding/gamma", "a LayerNorm after the embeddings"),
+    ("decoder/layernorm_embedding/gamma", "a LayerNorm after the embeddings"),
+    ("decoder/project_in/weight", "project_in/project_out layers"),
+    ("encoder/layer_0/self_attention/relative_position_keys", "relative position representations"),
+    ("encoder/layer_0/self_attention/relative_attention_bias", "a relative attention bias (T5)"),
+    ("encoder/layer_0/self_attention/queries_scale", "a queries scale other than 1/sqrt(d_k)"),
+    ("encoder/layer_0/ffn/linear_0_noact/weight", "gated feed-forward units (GLU)"),
+    ("encoder/layer_0/input_layer_norm/gamma", "extra pre/post layer norms"),
+    ("decoder/layer_0/self_attention/rotary_dim", "rotary position embeddings"),
+)
+
+
+def _unsupported(ct2: CT2Model) -> list[str]:
+    """What ``ct2`` holds that transduce's model cannot represent, or lacks (a stored position table)."""
+    names, problems = ct2.names(), []
+    for name, what in UNSUPPORTED:
+        if name in names:
+            problems.append(f"{name}: {what}")
+    for name in ("encoder/layer_0/self_attention/layer_norm/gamma", "decoder/layer_0/ffn/layer_norm/gamma"):
+        if name in names and f"{name[: -len('gamma')]}beta" not in names:
+            problems.append(f"{name[: -len('/gamma')]}: RMS normalisation (no beta)")
+    for name in ("encoder/multi_query_attention", "decoder/alibi", "decoder/start_from_zero_embedding"):
+        if ct2.scalar(name, 0):
+            problems.append(f"{name} is set")
+    if "decoder/scale_outputs" in names:
+        problems.append("decoder/scale_outputs: scaled decoder outputs")
+    for _, theirs in POSITION_TABLES:
+        if theirs not in names:
+            problems.append(f"{theirs}: missing (no stored position table)")
+    cfg = ct2.config
+    if cfg.get("add_source_bos"):
+        problems.append("config.json add_source_bos is true (a source starting with <s>)")
+    if cfg.get("multi_query_attention"):
+        problems.append("config.json multi_query_attention is true")
+    return problems
 
 
 def _order(tokens: list[str], cfg: dict[str, Any], where: str) -> tuple[list[str], list[int]]:
@@ -145,8 +155,8 @@ def _order(tokens: list[str], cfg: dict[str, Any], where: str) -> tuple[list[str
 
 
 def _rows(table: np.ndarray, rows: list[int]) -> torch.Tensor:
-    """table[rows] with -1 as a zero row: (len(rows), d_model)."""
-    out = np.zeros((len(rows), table.shape[1]), dtype=np.float32)
+    """table[rows] with -1 as a row of zeros: (len(rows), ...)."""
+    out = np.zeros((len(rows), *table.shape[1:]), dtype=np.float32)
     real = np.array(rows) >= 0
     out[real] = table[np.array(rows)[real]]
     return torch.from_numpy(out)
@@ -163,94 +173,85 @@ def convert_ct2(
     tgt_order, tgt_rows = _order(ct2.target_vocabulary, ct2.config, f"{where} (target vocabulary)")
     src_proto, src_dropped = reorder_spm(src_spm, src_order, spm_where)
     tgt_proto, tgt_dropped = reorder_spm(tgt_spm, tgt_order, spm_where)
-
-    def w(name: str) -> np.ndarray:
-        return dequantize(ct2, name)
-
-    def bias_of(name: str, rows: int) -> torch.Tensor:
-        return torch.from_numpy(w(name)) if ct2.get(name) is not None else torch.zeros(rows)
-
-    src_table = w(
-        "encoder/embeddings_0/weight" if ct2.get("encoder/embeddings_0/weight") else "encoder/embeddings/weight"
-    )
-    tgt_table, proj = w("decoder/embeddings/weight"), w("decoder/projection/weight")
-    for name, table, n in (
-        ("encoder/embeddings_0/weight", src_table, len(ct2.source_vocabulary)),
-        ("decoder/embeddings/weight", tgt_table, len(ct2.target_vocabulary)),
-        ("decoder/projection/weight", proj, len(ct2.target_vocabulary)),
-    ):
-        if table.shape[0] != n:
-            raise ConfigError(f"{where}: {name} has {table.shape[0]} rows but the vocabulary {n} tokens")
-    same_spm = src_proto == tgt_proto and src_rows == tgt_rows
-    src_emb, tgt_emb = _rows(src_table, src_rows), _rows(tgt_table, tgt_rows)
-    out_w = _rows(proj, tgt_rows)
-    if torch.equal(tgt_emb, out_w):
-        tie = "all" if same_spm and torch.equal(src_emb, tgt_emb) else "target"
-    else:
-        tie = "none"
-    enc_pos, dec_pos = w("encoder/position_encodings/encodings"), w("decoder/position_encodings/encodings")
-    sinusoidal = (
-        enc_pos.shape == dec_pos.shape
-        and np.array_equal(enc_pos, dec_pos)
-        and np.abs(enc_pos - sinusoid_table(*enc_pos.shape).numpy()).max() < 1e-6
-    )
-    proj_bias = bias_of("decoder/projection/bias", len(ct2.target_vocabulary))
+    state = _vocabulary_state(ct2, src_rows, tgt_rows)
+    tie = _tie(state, same_vocabulary=src_proto == tgt_proto and src_rows == tgt_rows)
+    positions, sinusoidal = _positions(ct2)
     cfg = ModelConfig(
         **fields,
         vocab_size=len(src_order),
         tgt_vocab_size=None if tie == "all" else len(tgt_order),
         tie_embeddings=tie,
         positions="sinusoidal" if sinusoidal else "learned",
-        max_positions=min(enc_pos.shape[0], dec_pos.shape[0]),
-        output_bias=bool(proj_bias.abs().max() > 0),
+        max_positions=min(table.size(0) for table in positions.values()),
+        output_bias=bool(state["generator.bias"].abs().max() > 0),
     )
-    state: dict[str, torch.Tensor] = {
-        "src_embed.token.weight": src_emb,
-        "tgt_embed.token.weight": tgt_emb,
-        "generator.weight": out_w,
-    }
-    if cfg.output_bias:
-        real = torch.tensor(tgt_rows) >= 0
-        state["generator.bias"] = torch.zeros(len(tgt_rows)).masked_scatter(
-            real, proj_bias[torch.tensor(tgt_rows)[real]]
-        )
+    if not cfg.output_bias:
+        del state["generator.bias"]
     if not sinusoidal:
-        state["src_embed.positions.weight"] = torch.from_numpy(enc_pos[: cfg.max_positions].copy())
-        state["tgt_embed.positions.weight"] = torch.from_numpy(dec_pos[: cfg.max_positions].copy())
+        state |= {name: table[: cfg.max_positions] for name, table in positions.items()}
+    state |= _layer_state(ct2, cfg)
+    model = _load(cfg, state, where)
+    src = Vocab(src_proto)
+    vocabs = Vocabs(src, src) if tie == "all" else Vocabs(src, Vocab(tgt_proto))
+    meta = {"spm_pieces_without_id": len(src_dropped) + (0 if src_proto == tgt_proto else len(tgt_dropped))}
+    return model.eval(), vocabs, meta
 
-    def linear(ours: str, theirs: str) -> None:
-        weight = torch.from_numpy(w(f"{theirs}/weight"))
-        state[f"{ours}.weight"] = weight
-        state[f"{ours}.bias"] = bias_of(f"{theirs}/bias", weight.size(0))
 
-    def norm(ours: str, theirs: str) -> None:
-        state[f"{ours}.weight"] = torch.from_numpy(w(f"{theirs}/gamma"))
-        state[f"{ours}.bias"] = torch.from_numpy(w(f"{theirs}/beta"))
+def _vocabulary_state(ct2: CT2Model, src_rows: list[int], tgt_rows: list[int]) -> dict[str, torch.Tensor]:
+    """Our embeddings, output projection and its bias (zeros where the file has none) from
+    :data:`~.ctranslate2.VOCABULARY_ROWS`, their rows in our vocabulary's order (``*_rows``, :func:`_order`)."""
+    state = {}
+    for ours, theirs in VOCABULARY_ROWS:
+        rows, tokens = (
+            (src_rows, ct2.source_vocabulary) if ours.startswith("src_") else (tgt_rows, ct2.target_vocabulary)
+        )
+        name = theirs if theirs != SRC_EMBEDDING or ct2.get(theirs) else "encoder/embeddings/weight"  # older specs
+        if ct2.get(name) is None and name.endswith("/bias"):
+            table = np.zeros(len(tokens), dtype=np.float32)
+        else:
+            table = dequantize(ct2, name)
+        if table.shape[0] != len(tokens):
+            raise ConfigError(f"{ct2.path}: {theirs} has {table.shape[0]} rows but the vocabulary {len(tokens)} tokens")
+        state[ours] = _rows(table, rows)
+    return state
 
-    for i in range(cfg.encoder_layers):
-        o, t = f"encoder.layers.{i}", f"encoder/layer_{i}"
-        linear(f"{o}.self_attn.qkv_proj", f"{t}/self_attention/linear_0")
-        linear(f"{o}.self_attn.out_proj", f"{t}/self_attention/linear_1")
-        norm(f"{o}.res_attn.norm", f"{t}/self_attention/layer_norm")
-        linear(f"{o}.ff.w1", f"{t}/ffn/linear_0")
-        linear(f"{o}.ff.w2", f"{t}/ffn/linear_1")
-        norm(f"{o}.res_ff.norm", f"{t}/ffn/layer_norm")
-    for i in range(cfg.decoder_layers):
-        o, t = f"decoder.layers.{i}", f"decoder/layer_{i}"
-        linear(f"{o}.self_attn.qkv_proj", f"{t}/self_attention/linear_0")
-        linear(f"{o}.self_attn.out_proj", f"{t}/self_attention/linear_1")
-        norm(f"{o}.res_self.norm", f"{t}/self_attention/layer_norm")
-        linear(f"{o}.cross_attn.q_proj", f"{t}/attention/linear_0")
-        linear(f"{o}.cross_attn.kv_proj", f"{t}/attention/linear_1")
-        linear(f"{o}.cross_attn.out_proj", f"{t}/attention/linear_2")
-        norm(f"{o}.res_cross.norm", f"{t}/attention/layer_norm")
-        linear(f"{o}.ff.w1", f"{t}/ffn/linear_0")
-        linear(f"{o}.ff.w2", f"{t}/ffn/linear_1")
-        norm(f"{o}.res_ff.norm", f"{t}/ffn/layer_norm")
-    if cfg.norm == "pre":
-        norm("encoder.final_norm", "encoder/layer_norm")
-        norm("decoder.final_norm", "decoder/layer_norm")
 
+def _tie(state: dict[str, torch.Tensor], same_vocabulary: bool) -> str:
+    """``tie_embeddings`` for the tables of :func:`_vocabulary_state`: what repeats another is tied to it."""
+    src, tgt, out = state["src_embed.token.weight"], state["tgt_embed.token.weight"], state["generator.weight"]
+    if not torch.equal(tgt, out):
+        return "none"
+    return "all" if same_vocabulary and torch.equal(src, tgt) else "target"
+
+
+def _positions(ct2: CT2Model) -> tuple[dict[str, torch.Tensor], bool]:
+    """The position tables by our names, and whether both are our interleaved sinusoids (``positions =
+    "sinusoidal"``; any other table imports as ``"learned"``, which adds the same numbers)."""
+    tables = {ours: dequantize(ct2, theirs) for ours, theirs in POSITION_TABLES}
+    enc, dec = tables.values()
+    sinusoidal = (
+        enc.shape == dec.shape
+        and np.array_equal(enc, dec)
+        and np.abs(enc - sinusoid_table(*enc.shape).numpy()).max() < 1e-6
+    )
+    return {ours: torch.from_numpy(table) for ours, table in tables.items()}, sinusoidal
+
+
+def _layer_state(ct2: CT2Model, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Every Linear and LayerNorm of the layers (and a pre-norm model's final norms) by
+    :func:`~.ctranslate2.layer_variables`; a Linear without a bias (OpenNMT-py's attention) gets zeros."""
+    state: dict[str, torch.Tensor] = {}
+    for ours, theirs in layer_variables(cfg):
+        if ct2.get(theirs) is None and theirs.endswith("/bias"):
+            state[ours] = torch.zeros(state[f"{ours.removesuffix('bias')}weight"].size(0))
+        else:
+            state[ours] = torch.from_numpy(dequantize(ct2, theirs))
+    return state
+
+
+def _load(cfg: ModelConfig, state: dict[str, torch.Tensor], where: str) -> Transformer:
+    """A model of ``cfg`` holding ``state``; one ConfigError naming every variable of the wrong shape, or what
+    nothing filled."""
     model = Transformer(cfg)
     expected = model.state_dict()
     wrong = [
@@ -264,10 +265,7 @@ def convert_ct2(
     missing = sorted(set(expected) - set(state) - _tied(cfg))
     if missing:
         raise ConfigError(f"{where}: nothing in the file fills {missing[:5]}")
-    src = Vocab(src_proto)
-    vocabs = Vocabs(src, src) if tie == "all" else Vocabs(src, Vocab(tgt_proto))
-    meta = {"spm_pieces_without_id": len(src_dropped) + (0 if src_proto == tgt_proto else len(tgt_dropped))}
-    return model.eval(), vocabs, meta
+    return model
 
 
 def _tied(cfg: ModelConfig) -> set[str]:

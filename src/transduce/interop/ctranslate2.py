@@ -19,6 +19,10 @@ The other switches map as follows (:func:`check_ct2_exportable` names every one 
 ``source_eos = false``    ``add_source_eos = false``
 ========================  ====================================================================
 
+Which of CTranslate2's variables holds which of our tensors is one table (:data:`VOCABULARY_ROWS`,
+:data:`POSITION_TABLES`, :func:`layer_variables`), which this export writes by and the import
+(``ct2_import.py``) reads by.
+
 The vocabulary is the list of SentencePiece pieces in id order; CTranslate2 appends
 ``</s>`` to the source (our source is tokens + eos) and starts the decoder from ``<s>``
 (our bos). The directory also receives ``source.spm``/``target.spm`` for tokenisation.
@@ -31,16 +35,79 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ConfigError
-from ..data.vocab import Vocab, Vocabs
+from ..data.vocab import SPECIALS, Vocab, Vocabs
 from ..model import ModelConfig, Transformer
 from ..model.embeddings import sinusoid_table
-from .marian import SPECIALS
 
 CT2_ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "swish": "SWISH"}  # model.activation -> ct2's Activation
 # rows of an exported sinusoid table at least: callers such as argostranslate leave CTranslate2's
 # max_decoding_length at its default, 256, and CTranslate2 stops with an error past the table's last row
 CT2_MIN_POSITIONS = 1024
 QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16", "float32")
+
+
+# ----------------------------------------------------------------------------- the names, both ways
+# CTranslate2 names a variable by its place in the spec, a list's items as ``name_i``:
+# ``encoder/layer_0/self_attention/linear_0/weight`` is ``spec.encoder.layer[0].self_attention.linear[0].weight``.
+# The export (build_spec) writes each of our tensors under its name, the import (ct2_import.py) reads it back.
+LINEAR = {"weight": "weight", "bias": "bias"}  # our parameter -> CTranslate2's variable, a Linear
+NORM = {"weight": "gamma", "bias": "beta"}  # ... and a LayerNorm
+# (our module, CTranslate2 scope, which parameters) of one layer
+ENCODER_LAYER = (
+    ("self_attn.qkv_proj", "self_attention/linear_0", LINEAR),  # Q, K, V fused, as ours
+    ("self_attn.out_proj", "self_attention/linear_1", LINEAR),
+    ("res_attn.norm", "self_attention/layer_norm", NORM),
+    ("ff.w1", "ffn/linear_0", LINEAR),
+    ("ff.w2", "ffn/linear_1", LINEAR),
+    ("res_ff.norm", "ffn/layer_norm", NORM),
+)
+DECODER_LAYER = (
+    ("self_attn.qkv_proj", "self_attention/linear_0", LINEAR),
+    ("self_attn.out_proj", "self_attention/linear_1", LINEAR),
+    ("res_self.norm", "self_attention/layer_norm", NORM),
+    ("cross_attn.q_proj", "attention/linear_0", LINEAR),
+    ("cross_attn.kv_proj", "attention/linear_1", LINEAR),  # K, V fused, as ours
+    ("cross_attn.out_proj", "attention/linear_2", LINEAR),
+    ("res_cross.norm", "attention/layer_norm", NORM),
+    ("ff.w1", "ffn/linear_0", LINEAR),
+    ("ff.w2", "ffn/linear_1", LINEAR),
+    ("res_ff.norm", "ffn/layer_norm", NORM),
+)
+FINAL_NORMS = (("encoder.final_norm", "encoder/layer_norm", NORM), ("decoder.final_norm", "decoder/layer_norm", NORM))
+# one row per vocabulary entry: the import re-orders the rows into transduce's vocabulary layout
+SRC_EMBEDDING = "encoder/embeddings_0/weight"
+VOCABULARY_ROWS = (
+    ("src_embed.token.weight", SRC_EMBEDDING),
+    ("tgt_embed.token.weight", "decoder/embeddings/weight"),
+    ("generator.weight", "decoder/projection/weight"),
+    ("generator.bias", "decoder/projection/bias"),  # zeros without output_bias
+)
+# one row per position: our sinusoids (or more rows of them) or the learned table
+POSITION_TABLES = (
+    ("src_embed.positions.weight", "encoder/position_encodings/encodings"),
+    ("tgt_embed.positions.weight", "decoder/position_encodings/encodings"),
+)
+
+
+def layer_variables(cfg: ModelConfig) -> list[tuple[str, str]]:
+    """(our parameter, CTranslate2 variable) of every Linear and LayerNorm of a model of ``cfg``, each
+    Linear's weight before its bias."""
+    modules = [
+        (f"{stack}.layers.{i}.{ours}", f"{stack}/layer_{i}/{theirs}", params)
+        for stack, count, layer in (
+            ("encoder", cfg.encoder_layers, ENCODER_LAYER),
+            ("decoder", cfg.decoder_layers, DECODER_LAYER),
+        )
+        for i in range(count)
+        for ours, theirs, params in layer
+    ]
+    if cfg.norm == "pre":
+        modules += FINAL_NORMS
+    return [
+        (f"{module}.{ours}", f"{scope}/{theirs}")
+        for module, scope, params in modules
+        for ours, theirs in params.items()
+    ]
 
 
 def _require():
@@ -70,7 +137,8 @@ def check_ct2_exportable(cfg: ModelConfig) -> None:
 
 
 def build_spec(model: Transformer, vocabs: Vocabs):
-    """A filled ``ctranslate2.specs.TransformerSpec`` for ``model``."""
+    """A filled ``ctranslate2.specs.TransformerSpec`` for ``model``: every variable of :data:`VOCABULARY_ROWS`,
+    :data:`POSITION_TABLES` and :func:`layer_variables` set from our tensor of the same row."""
     _require()
     from ctranslate2.specs import common_spec, transformer_spec
 
@@ -78,59 +146,19 @@ def build_spec(model: Transformer, vocabs: Vocabs):
     check_ct2_exportable(cfg)
     # copies: CTranslate2's quantisation scales the arrays in place, which would change the model's own weights
     w = {k: v.detach().float().cpu().numpy().copy() for k, v in model.state_dict().items()}
+    w.setdefault("generator.bias", np.zeros(cfg.target_vocab_size, dtype=np.float32))  # without output_bias
+    if cfg.positions == "sinusoidal":  # the same rows, and more: CTranslate2 may decode past max_positions
+        rows = max(cfg.max_positions, CT2_MIN_POSITIONS)
+        w.update((ours, sinusoid_table(rows, cfg.d_model).numpy()) for ours, _ in POSITION_TABLES)
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers),
         cfg.n_heads,
         pre_norm=cfg.norm == "pre",
         activation=getattr(common_spec.Activation, CT2_ACTIVATIONS[cfg.activation]),
     )
-
-    def positions(embed) -> np.ndarray:  # (rows, d_model): our interleaved sinusoids or the learned table
-        if cfg.positions == "sinusoidal":  # the same rows, and more: CTranslate2 may decode past max_positions
-            return sinusoid_table(max(cfg.max_positions, CT2_MIN_POSITIONS), cfg.d_model).numpy()
-        return embed.positions.weight.detach().float().cpu().numpy().copy()
-
-    def linear(target, name: str) -> None:
-        target.weight = w[f"{name}.weight"]
-        target.bias = w[f"{name}.bias"]
-
-    def norm(target, name: str) -> None:
-        target.gamma, target.beta = w[f"{name}.weight"], w[f"{name}.bias"]
-
-    def ffn(target, prefix: str) -> None:
-        linear(target.linear_0, f"{prefix}.ff.w1")
-        linear(target.linear_1, f"{prefix}.ff.w2")
-        norm(target.layer_norm, f"{prefix}.res_ff.norm")
-
-    spec.encoder.embeddings[0].weight = w["src_embed.token.weight"]
-    spec.encoder.position_encodings.encodings = positions(model.src_embed)
-    spec.encoder.scale_embeddings = cfg.scale_embeddings
-    if cfg.norm == "pre":
-        norm(spec.encoder.layer_norm, "encoder.final_norm")
-    for i, layer in enumerate(spec.encoder.layer):
-        p = f"encoder.layers.{i}"
-        linear(layer.self_attention.linear[0], f"{p}.self_attn.qkv_proj")
-        linear(layer.self_attention.linear[1], f"{p}.self_attn.out_proj")
-        norm(layer.self_attention.layer_norm, f"{p}.res_attn.norm")
-        ffn(layer.ffn, p)
-    spec.decoder.embeddings.weight = w["tgt_embed.token.weight"]
-    spec.decoder.position_encodings.encodings = positions(model.tgt_embed)
-    spec.decoder.scale_embeddings = cfg.scale_embeddings
-    if cfg.norm == "pre":
-        norm(spec.decoder.layer_norm, "decoder.final_norm")
-    spec.decoder.projection.weight = w["generator.weight"]
-    spec.decoder.projection.bias = w.get("generator.bias", np.zeros(cfg.target_vocab_size, dtype=np.float32))
-    for i, layer in enumerate(spec.decoder.layer):
-        p = f"decoder.layers.{i}"
-        linear(layer.self_attention.linear[0], f"{p}.self_attn.qkv_proj")
-        linear(layer.self_attention.linear[1], f"{p}.self_attn.out_proj")
-        norm(layer.self_attention.layer_norm, f"{p}.res_self.norm")
-        linear(layer.attention.linear[0], f"{p}.cross_attn.q_proj")
-        linear(layer.attention.linear[1], f"{p}.cross_attn.kv_proj")
-        linear(layer.attention.linear[2], f"{p}.cross_attn.out_proj")
-        norm(layer.attention.layer_norm, f"{p}.res_cross.norm")
-        ffn(layer.ffn, p)
-
+    for ours, theirs in (*VOCABULARY_ROWS, *POSITION_TABLES, *layer_variables(cfg)):
+        _assign(spec, theirs, w[ours])
+    spec.encoder.scale_embeddings = spec.decoder.scale_embeddings = cfg.scale_embeddings
     spec.config.unk_token, spec.config.bos_token = SPECIALS["unk"], SPECIALS["bos"]
     spec.config.eos_token, spec.config.decoder_start_token = SPECIALS["eos"], SPECIALS["bos"]
     spec.config.add_source_eos = cfg.source_eos
@@ -138,6 +166,14 @@ def build_spec(model: Transformer, vocabs: Vocabs):
     spec.register_source_vocabulary(pieces(vocabs.src))
     spec.register_target_vocabulary(pieces(vocabs.tgt))
     return spec
+
+
+def _assign(spec, name: str, value: np.ndarray) -> None:
+    """Set the variable CTranslate2 calls ``name`` (``encoder/layer_0/ffn/linear_0/weight``) in ``spec``."""
+    from ctranslate2.specs.model_spec import index_spec  # what CTranslate2 resolves its own names with
+
+    scope, attribute = name.rsplit("/", 1)
+    setattr(index_spec(spec, scope), attribute, value)
 
 
 def pieces(vocab: Vocab) -> list[str]:

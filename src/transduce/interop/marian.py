@@ -38,16 +38,14 @@ from typing import Any
 
 import torch
 from safetensors.torch import save_file
-from sentencepiece import sentencepiece_model_pb2 as spm_pb2
 
 from ..config import ConfigError
-from ..data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, Vocabs
+from ..data.vocab import SPECIALS, Vocab, Vocabs, language_tokens, reorder_spm
 from ..model import ModelConfig, Transformer
 from ..safefiles import read_json, read_safetensors
 
 WEIGHTS = "model.safetensors"
 FIX = "download or export the MarianMT directory again"
-SPECIALS = {"pad": "<pad>", "unk": "<unk>", "bos": "<s>", "eos": "</s>"}
 # HF's activation_function -> ModelConfig.activation (HF's "swish" and "silu" are both x·σ(x))
 HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish", "silu": "swish"}
 
@@ -377,61 +375,6 @@ def config_from_marian(hf: dict[str, Any], where: str) -> tuple[dict[str, Any], 
     return fields, tie
 
 
-def reorder_spm(proto_bytes: bytes, order: list[str], where: str) -> tuple[bytes, list[str]]:
-    """A SentencePiece model whose piece i is ``order[i]`` and whose specials sit at ids 0..3.
-
-    Scores and types come from the original model, so segmentation is unchanged; pieces of
-    ``order`` unknown to this model become UNUSED (never produced). Returns the new model
-    and the original pieces that ``order`` lacks (they could not be given an id).
-    """
-    model = spm_pb2.ModelProto()
-    try:
-        model.ParseFromString(proto_bytes)
-    except Exception as e:  # protobuf's DecodeError
-        raise ConfigError(f"{where}: not a SentencePiece model ({e})") from None
-    old = {p.piece: p for p in model.pieces}
-    kinds = {
-        SPECIALS["pad"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
-        SPECIALS["unk"]: spm_pb2.ModelProto.SentencePiece.UNKNOWN,
-        SPECIALS["bos"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
-        SPECIALS["eos"]: spm_pb2.ModelProto.SentencePiece.CONTROL,
-    }
-    new = spm_pb2.ModelProto()
-    new.CopyFrom(model)
-    del new.pieces[:]
-    # Below every real score: BPE merges by score and would otherwise try an UNUSED piece first.
-    floor = min((p.score for p in model.pieces), default=0.0) - 1000.0
-    for piece in order:
-        p = new.pieces.add()
-        if piece in old:
-            p.CopyFrom(old[piece])
-        else:
-            p.piece, p.score = piece, floor
-            p.type = spm_pb2.ModelProto.SentencePiece.UNUSED
-        if piece in kinds and p.type != kinds[piece]:
-            p.type = kinds[piece]
-    spec = new.trainer_spec
-    wanted_spec = dict(
-        pad_id=PAD_ID,
-        unk_id=UNK_ID,
-        bos_id=BOS_ID,
-        eos_id=EOS_ID,
-        vocab_size=len(order),
-        pad_piece=SPECIALS["pad"],
-        unk_piece=SPECIALS["unk"],
-        bos_piece=SPECIALS["bos"],
-        eos_piece=SPECIALS["eos"],
-    )
-    for field, value in wanted_spec.items():  # only what differs, so an unchanged model stays byte-identical
-        if getattr(spec, field) != value:
-            setattr(spec, field, value)
-    wanted = set(order)
-    dropped = [
-        p.piece for p in model.pieces if p.piece not in wanted and p.type == spm_pb2.ModelProto.SentencePiece.NORMAL
-    ]
-    return new.SerializeToString(), dropped
-
-
 def _our_order(vocab: dict[str, int], pad: int, eos: int, start: int, where: str) -> tuple[list[str], torch.Tensor]:
     """Pieces in our id order and, for each, the Marian row it takes its embedding from."""
     by_id = {i: p for p, i in vocab.items()}
@@ -577,13 +520,3 @@ def convert_release(release: MarianRelease) -> tuple[Transformer, Vocabs, dict[s
     if langs:
         meta["target_langs"] = sorted(langs)
     return model.eval(), vocabs, meta
-
-
-def language_tokens(vocab: Vocab) -> dict[str, int]:
-    """Multilingual models' target-language tokens: ``{"deu": id of ">>deu<<", ...}`` (empty for others)."""
-    out = {}
-    for i in range(len(vocab)):
-        piece = vocab.sp.id_to_piece(i)
-        if piece.startswith(">>") and piece.endswith("<<") and len(piece) > 4:
-            out[piece[2:-2]] = i
-    return out

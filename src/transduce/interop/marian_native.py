@@ -26,8 +26,9 @@ import numpy as np
 import torch
 
 from ..config import ConfigError
+from ..data.vocab import SPECIALS
 from ..safefiles import BadFileError, read_npz
-from .marian import SPECIALS, MarianRelease
+from .marian import MarianRelease
 
 CONFIG_KEY = "special:model.yml"
 FIX = "download the release again (its .zip holds the .npz, decoder.yml, *.vocab.yml, source.spm, target.spm)"

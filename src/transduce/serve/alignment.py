@@ -3,9 +3,10 @@
 :func:`word_alignments` translates a batch of sentences and records, in one teacher-forced pass per
 decoder layer (:func:`transduce.decode.align.cross_attention`), the encoder–decoder attention of each
 translation: the mean over layers and heads, (T, S) per sentence. :func:`word_alignment` then groups
-SentencePiece pieces into words (a piece starting with ``▁`` starts a word): the weight of target word j
-on source word i is the mean, over j's pieces, of the summed weights of i's pieces. ``</s>`` is dropped
-on both axes, so a row sums to at most 1; what is missing went to the source's ``</s>``. Nothing here
+SentencePiece pieces into words as the word alignments do (:func:`transduce.decode.align.word_of_pieces`:
+``▁`` starts a word, a piece that is only whitespace belongs to none): the weight of target word j on
+source word i is the mean, over j's pieces, of the summed weights of i's pieces. ``</s>`` is dropped on
+both axes, so a row sums to at most 1; what is missing went to the source's ``</s>`` or bare ``▁``. Nothing here
 imports a plotting library.
 """
 
@@ -16,21 +17,22 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..decode.align import check_model, cross_attention
-
-WORD_START = "\u2581"
+from ..decode.align import WORD_START, check_model, cross_attention, word_of_pieces
 
 
 def word_spans(pieces: list[str]) -> list[tuple[str, int, int]]:
-    """(word, first piece, end piece) for pieces split at ``▁``."""
+    """(word, first piece, end piece) of each word of ``pieces`` as :func:`~transduce.decode.align.word_of_pieces`
+    counts words (a piece that is only whitespace, such as a bare ``▁``, belongs to none)."""
+    words = word_of_pieces(pieces)
     spans: list[tuple[str, int, int]] = []
-    for i, piece in enumerate(pieces):
-        if piece.startswith(WORD_START) or not spans:
-            spans.append((piece.lstrip(WORD_START), i, i + 1))
+    for i, word in enumerate(words):
+        if word is None:
+            continue
+        if spans and words[spans[-1][1]] == word:
+            spans[-1] = (spans[-1][0] + pieces[i], spans[-1][1], i + 1)
         else:
-            word, start, _ = spans[-1]
-            spans[-1] = (word + piece, start, i + 1)
-    return [s for s in spans if s[0]]  # a bare "▁" piece is no word
+            spans.append((pieces[i], i, i + 1))
+    return [(text.replace(WORD_START, " ").strip(), start, end) for text, start, end in spans]
 
 
 @dataclass

@@ -42,7 +42,7 @@ import langcodes
 
 from ..backends import DTYPES
 from ..config import ConfigError, read_toml
-from ..interop.marian import language_tokens
+from ..data.vocab import language_tokens
 from ..modeldir import VOCAB, WEIGHTS, load_vocabs, read_model_config
 
 SPEC_KEYS = {"path", "source", "target", "name", "dtype"}

@@ -18,7 +18,6 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
 from .document import Piece, paragraphs, split_paragraph
@@ -48,16 +47,6 @@ def decoded_lines(stream: Iterable[bytes], name: str, counter: list[int] | None 
             yield raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise ValueError(f"{name}:{n}: invalid UTF-8 at byte {e.start}") from None
-
-
-def read_lines(path: str | Path | None) -> list[str]:
-    """All lines of a file (or stdin for None / '-') as strict UTF-8, without their line ends (``\n``, and a
-    ``\r`` before it); an error names the file and line. What ``translate``'s neighbours (``score``,
-    ``evaluate``, ``check-backends``) read their text files with."""
-    if path in (None, "-"):
-        return [line.rstrip("\n").rstrip("\r") for line in decoded_lines(sys.stdin.buffer, "<stdin>")]
-    with open(path, "rb") as f:
-        return [line.rstrip("\n").rstrip("\r") for line in decoded_lines(f, str(path))]
 
 
 def line_units(stream: Iterable[bytes], name: str) -> Iterator[Unit]:
