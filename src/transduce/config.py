@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import tomllib
 import typing
 from pathlib import Path
@@ -17,6 +18,19 @@ from typing import Any
 
 class ConfigError(ValueError):
     """A configuration key is unknown, has the wrong type or an impossible value."""
+
+
+def parse_json(raw: bytes, where: str, kind: type, expected: str, prefix: str = "") -> Any:
+    """The JSON value in ``raw`` (read from ``where``), which must be a ``kind`` (``dict``, ``list``); a
+    :class:`ConfigError` naming ``where`` otherwise: "``where``: ``prefix``not valid JSON (...)" or "...expected
+    ``expected``". Plain JSON: nothing in it runs."""
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where}: {prefix}not valid JSON ({e})") from None
+    if not isinstance(value, kind):
+        raise ConfigError(f"{where}: {prefix}expected {expected}")
+    return value
 
 
 def _type_ok(value: Any, hint: Any) -> bool:

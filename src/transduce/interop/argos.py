@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
+from ..config import ConfigError, parse_json
 from ..data.vocab import Vocabs
 from ..model import Transformer
 from .ct2_import import convert_ct2
@@ -99,12 +99,7 @@ def read_metadata(path: Path) -> dict[str, Any]:
 def parse_metadata(raw: bytes, where: str) -> dict[str, Any]:
     """The JSON object of a ``metadata.json`` (read from ``where``): its REQUIRED_KEYS strings, a translation
     package without a target prefix; every problem named in one error."""
-    try:
-        meta = json.loads(raw.decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{where}: not valid JSON ({e})") from None
-    if not isinstance(meta, dict):
-        raise ConfigError(f"{where}: expected a JSON object")
+    meta = parse_json(raw, where, dict, "a JSON object")
     problems = [f"missing key {key!r}" for key in REQUIRED_KEYS if not isinstance(meta.get(key), str)]
     if meta.get("type", "translate") != "translate":
         problems.append(f"key 'type' is {meta['type']!r}: only translation packages ('translate') import")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import os
 import re
 import sys
@@ -39,7 +38,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
+from ..config import ConfigError, parse_json
 from .argos import parse_metadata
 from .fetch import DownloadError, fetch_file
 
@@ -96,13 +95,7 @@ def load_index(address: str, cache_dir: Path) -> tuple[list[Any], str]:
 
 def parse_index(raw: bytes, where: str) -> list[Any]:
     """The index's JSON list (its entries are checked when chosen, :func:`check_entry`)."""
-    try:
-        entries = json.loads(raw.decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{where}: not a package index: not valid JSON ({e})") from None
-    if not isinstance(entries, list):
-        raise ConfigError(f"{where}: not a package index: expected a JSON list of packages")
-    return entries
+    return parse_json(raw, where, list, "a JSON list of packages", prefix="not a package index: ")
 
 
 def pair(entry: dict[str, Any]) -> str:

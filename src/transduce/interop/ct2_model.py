@@ -22,14 +22,13 @@ and ``target_vocabulary.json``; older conversions wrote ``.txt`` files with one 
 
 from __future__ import annotations
 
-import json
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ..config import ConfigError
+from ..config import ConfigError, parse_json
 
 READ_VERSIONS = (5, 6)
 DTYPES = ("float32", "int8", "int16", "int32", "float16", "bfloat16")  # index = the file's dtype id
@@ -164,11 +163,8 @@ def read_model_bin(path: str | Path) -> CT2Model:
 def _vocabulary(directory: Path, stem: str) -> list[str] | None:
     json_path, txt_path = directory / f"{stem}.json", directory / f"{stem}.txt"
     if json_path.is_file():
-        try:
-            tokens = json.loads(json_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{json_path}: not valid JSON ({e})") from None
-        if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        tokens = parse_json(json_path.read_bytes(), str(json_path), list, "a JSON list of token strings")
+        if not all(isinstance(t, str) for t in tokens):
             raise ConfigError(f"{json_path}: expected a JSON list of token strings")
         return tokens
     if txt_path.is_file():
@@ -182,12 +178,7 @@ def read_model_dir(directory: str | Path) -> CT2Model:
     model = read_model_bin(directory / "model.bin")
     config_path = directory / "config.json"
     if config_path.is_file():
-        try:
-            model.config = json.loads(config_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{config_path}: not valid JSON ({e})") from None
-        if not isinstance(model.config, dict):
-            raise ConfigError(f"{config_path}: expected a JSON object")
+        model.config = parse_json(config_path.read_bytes(), str(config_path), dict, "a JSON object")
     shared = _vocabulary(directory, "shared_vocabulary")
     if shared is not None:
         model.source_vocabulary = model.target_vocabulary = shared
