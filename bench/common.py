@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import time
@@ -32,6 +33,25 @@ def machine() -> str:
     except (OSError, subprocess.CalledProcessError):
         pass
     return f"{name} ({os.cpu_count()} cores)"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a server the benchmark starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def revision() -> str:
+    """The commit measured, and the package files that differed from it (others edit the tree meanwhile)."""
+    git = ["git", "-C", str(ROOT)]
+    try:
+        head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(git + ["status", "--porcelain", "--", "src"], capture_output=True, text=True).stdout
+    except OSError:
+        return "unknown revision"
+    changed = [line[3:] for line in dirty.splitlines()]
+    return f"`{head}`" + (f" + uncommitted changes to {len(changed)} file(s) under src/" if changed else "")
 
 
 def load_average() -> str:

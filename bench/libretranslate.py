@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,21 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from common import ROOT, load_average, machine
+from common import ROOT, free_port, load_average, machine, revision
 
 LT_VERSION = "1.9.6"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def git_commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "src"], cwd=ROOT, capture_output=True, text=True)
-    return out.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
 # ---------------------------------------------------------------- LibreTranslate, offline
@@ -326,7 +313,7 @@ def main() -> None:
     print(f"# transduce serve and LibreTranslate {LT_VERSION}, side by side\n")
     print(
         f"`python bench/libretranslate.py {' '.join(sys.argv[1:])}`; {machine()}; {time.strftime('%Y-%m-%d')}; "
-        f"commit {git_commit()}; {len(sentences)} sentences, {len(texts)} texts of about 2,000 characters; "
+        f"commit {revision()}; {len(sentences)} sentences, {len(texts)} texts of about 2,000 characters; "
         f"{args.rounds} rounds, medians; beam 4 both.\n"
     )
     for spec in args.model:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
-from common import ROOT, gemm_peak, load_average, machine, set_threads
+from common import ROOT, gemm_peak, load_average, machine, revision, set_threads
 
 SECTIONS = ROOT / "runs" / "bench"
 PARTS = ("train", "curves", "profile", "decode")
@@ -43,18 +42,6 @@ def header(args: argparse.Namespace, title: str, dtypes: str) -> str:
         + (" — **a shared machine: absolute figures are noisy, read the ratios**" if args.shared else "")
         + "\n\n"
     )
-
-
-def revision() -> str:
-    """The commit measured, and the package files that differed from it (others edit the tree meanwhile)."""
-    git = ["git", "-C", str(ROOT)]
-    try:
-        head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(git + ["status", "--porcelain", "--", "src"], capture_output=True, text=True).stdout
-    except OSError:
-        return "unknown revision"
-    changed = [line[3:] for line in dirty.splitlines()]
-    return f"`{head}`" + (f" + uncommitted changes to {len(changed)} file(s) under src/" if changed else "")
 
 
 def part_train(args, batches, vocab_size: int) -> str:

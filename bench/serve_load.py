@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,11 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from common import free_port
 
 
 def start_server(served: list[str], port: int, extra: list[str], threads: int) -> subprocess.Popen:

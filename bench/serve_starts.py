@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -20,13 +19,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import machine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from common import free_port, machine
 
 
 def one_start(model: Path, extra: list[str], pair: tuple[str, str]) -> float:
