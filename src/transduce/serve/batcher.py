@@ -155,13 +155,13 @@ class Batcher:
                 continue
             if job.key != first.key or job.exclusive != first.exclusive or len(slices) == self.max_requests:
                 continue
+            if not job.future.running() and not job.future.set_running_or_notify_cancel():  # timed out in queue
+                self._jobs.remove(job)
+                continue
             start = end = job.taken
             while end < len(job.sentences) and (end == start and not slices or tokens + job.size(end) <= budget):
                 tokens += job.size(end)
                 end += 1
-            if end > start and start == 0 and not job.future.set_running_or_notify_cancel():  # timed out in queue
-                self._jobs.remove(job)
-                continue
             if end > start:
                 slices.append(Slice(job, start, end))
                 job.taken = end
