@@ -2,6 +2,10 @@
 
 Only rank 0 logs. ``RUN_DIR/metrics.jsonl`` gets one JSON object per logged update or validation; after a
 resume, the updates replayed since the last checkpoint are logged again (with the same step numbers).
+
+An update's loss, NLL and gradient norm stay on the device until a logged update reads them (one read,
+:class:`~transduce.train.step.UpdateStats`); the tokens between two log lines are counted on the host (one
+process) or summed on the device (several) and read with the log line.
 """
 
 from __future__ import annotations
@@ -52,17 +56,21 @@ class RunLog:
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     self.writer.add_scalar(f"{kind}/{key}", value, step)
 
+    def due(self, step: int) -> bool:
+        """Whether update ``step`` writes a log line (every ``log_every`` updates, and the last)."""
+        return step % self.log_every == 0 or step == self.total
+
     def update(self, step: int, stats) -> None:
-        """Called after every update; writes metrics every ``log_every`` updates."""
+        """Called after every update; writes metrics every ``log_every`` updates, the only ones it reads."""
         if not self.enabled:
             return
-        self.window_tokens += stats.tokens
+        self.window_tokens = self.window_tokens + stats.token_count  # an int, or a device scalar (several ranks)
         if self.bar is not None:
             self.bar.update(1)
-        if step % self.log_every and step != self.total:
+        if not self.due(step):
             return
         elapsed = time.perf_counter() - self.window_start
-        speed = self.window_tokens / max(elapsed, 1e-9)
+        speed = float(self.window_tokens) / max(elapsed, 1e-9)
         values = {
             "loss": round(stats.loss, 4),
             "nll": round(stats.nll, 4),

@@ -8,6 +8,13 @@ gradient one process computes from the same R·b sentences.
 
 Precision: fp32; bf16 autocast (CPU or CUDA) with fp32 master weights and fp32 loss; fp16 autocast with a
 GradScaler (CUDA only). A non-finite loss skips the update (all ranks agree: the statistics are summed).
+
+Nothing in an update waits for the device. The token counts come from the batches (known on the host when
+they are made), the non-padding positions are found on the device from that count, the statistics (loss,
+NLL, counts, gradient norm) stay on the device and reach the host through :class:`HostCopy` only when read,
+and an optimizer that can skip an update on the device (fused Adam/AdamW: ``found_inf``) is handed the
+non-finite flag instead of the host deciding. :meth:`Stepper.update` is :meth:`Stepper.accumulate` then
+:meth:`Stepper.apply`; the trainer calls them apart, to read an update's flag during the next one.
 """
 
 from __future__ import annotations
@@ -55,15 +62,95 @@ def resolve_dtype(dtype: str, device_type: str) -> tuple[str, str]:
     return ("bf16" if ok else "fp32"), f"dtype auto -> {'bf16' if ok else 'fp32'}: {why}"
 
 
-@dataclass
+class HostCopy:
+    """A small device tensor's values on their way to the host. On CUDA they are copied into pinned memory
+    without waiting and an event marks the copy; :meth:`read` waits for that event only, not for the work
+    queued after it, so values read an update later are there already and the GPU's queue stays full. On
+    CPU the tensor is its own copy. The training step's statistics reach the host only through here."""
+
+    def __init__(self, values: torch.Tensor):
+        self._event = None
+        if values.device.type == "cuda":
+            host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            host.copy_(values, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+            values = host
+        self._values, self._read = values, None
+
+    def read(self) -> list[float]:
+        """The values (the first call waits for the copy)."""
+        if self._read is None:
+            if self._event is not None:
+                self._event.synchronize()
+            self._read = self._values.tolist()
+        return self._read
+
+
 class UpdateStats:
-    loss: float  # smoothed loss per target token (all ranks)
-    nll: float  # NLL per target token; perplexity = exp(nll)
-    tokens: int  # target tokens in the update (all ranks)
-    src_tokens: int
-    lr: float
-    finite: bool
-    grad_norm: float | None = None
+    """What one update measured, read from the device on first use: the first of ``loss``, ``nll``,
+    ``tokens``, ``src_tokens``, ``finite`` and ``grad_norm`` reads them all (one :class:`HostCopy`).
+
+    ``values`` = [loss sum, NLL sum, target tokens × copies, source tokens(, gradient norm)], all ranks.
+    ``local`` = (target, source) tokens where the host knows the update's totals (one process): then
+    ``tokens`` and ``src_tokens`` read nothing. ``token_count``: the target tokens without reading anything,
+    an int (one process) or a device scalar (several), which sums on the device until the log reads it.
+    """
+
+    def __init__(self, values: HostCopy, sums: torch.Tensor, copies: int, lr: float, local: tuple[int, int] | None):
+        self._values, self._sums, self.copies, self.lr, self._local = values, sums, copies, lr, local
+
+    @property
+    def token_count(self) -> int | torch.Tensor:
+        return self._local[0] if self._local is not None else self._sums[2] / self.copies
+
+    @property
+    def finite(self) -> bool:
+        return math.isfinite(self._values.read()[0])
+
+    @property
+    def loss(self) -> float:  # smoothed loss per target token (all ranks)
+        values = self._values.read()
+        return values[0] / max(values[2], 1)
+
+    @property
+    def nll(self) -> float:  # NLL per target token; perplexity = exp(nll)
+        values = self._values.read()
+        return values[1] / max(values[2], 1)
+
+    @property
+    def tokens(self) -> int:  # target tokens in the update (all ranks), each counted once
+        return self._local[0] if self._local is not None else int(self._values.read()[2]) // self.copies
+
+    @property
+    def src_tokens(self) -> int:
+        return self._local[1] if self._local is not None else int(self._values.read()[3])
+
+    @property
+    def grad_norm(self) -> float | None:  # with clip_norm, of a taken update
+        values = self._values.read()
+        return values[4] if len(values) > 4 and self.finite else None
+
+
+@dataclass
+class Accumulated:
+    """One update's gradients (in the parameters' ``.grad``) and its statistics, still on the device:
+    ``sums`` (4,) float64 = loss sum, NLL sum, target tokens × copies, source tokens, over all ranks."""
+
+    sums: torch.Tensor
+    local: tuple[int, int] | None  # (target, source) tokens where the host knows the update's totals
+
+
+def targets(tgt: torch.Tensor, pad_id: int, count: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The non-pad labels of ``tgt`` (B, T): their flat positions in ``tgt[:, 1:]`` (N,), in order, and the
+    labels (N,). ``count`` = N, the batch's target tokens as the host knows them; then nothing waits for
+    the device (a stable sort puts the N non-pad positions first). Without it N is read from the device."""
+    labels = tgt[:, 1:].flatten()  # (B·(T−1),)
+    pad = labels == pad_id
+    if count is None:
+        count = int(pad.numel() - pad.sum())  # a host synchronisation on a GPU
+    positions = torch.argsort(pad.to(torch.uint8), stable=True)[:count]  # (N,) the non-pad positions, in order
+    return positions, labels.index_select(0, positions)
 
 
 def attention_kernel(name: str):
@@ -95,7 +182,9 @@ class TrainingLoss(nn.Module):
     one forward, each copy under its own dropout masks. Only non-padding decoder positions reach the
     pre-softmax projection (``Transformer.hidden``), which saves the largest matmul and softmax on padding;
     the objective projects them block by block, so the (N, V) logits are never stored.
-    Returns (loss_sum, nll_sum, tokens), tokens counting each copy of a position.
+    Returns (loss_sum, nll_sum, tokens), tokens counting each copy of a position. ``tokens``: the batch's
+    non-pad target tokens where the caller knows them (``Batch.tgt_tokens``), so that no step of the forward
+    waits for the device (:func:`targets`).
     """
 
     def __init__(self, model: nn.Module, objective, device: torch.device, dtype: str, kernel: str = "auto"):
@@ -109,17 +198,18 @@ class TrainingLoss(nn.Module):
         """How many times each target token is counted (R-Drop: 2)."""
         return self.objective.copies
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor):
-        copies, labels = self.copies, tgt[:, 1:]  # labels (B, T-1)
-        keep = labels != self.objective.pad_id  # (B, T-1)
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, tokens: int | None = None):
+        copies = self.copies
+        positions, labels = targets(tgt, self.objective.pad_id, tokens)  # (N,), (N,)
         src, tgt = src.repeat(copies, 1), tgt.repeat(copies, 1)  # (copies·B, S), (copies·B, T)
         with autocast(self.device, self.dtype), attention_kernel(self.kernel):
             h = self.model.hidden(src, tgt[:, :-1])  # (copies·B, T-1, d_model)
-        states = h.unflatten(0, (copies, -1))[:, keep].flatten(0, 1)  # (copies·N, d_model), copy by copy
+        states = h.unflatten(0, (copies, -1)).flatten(1, 2).index_select(1, positions)  # (copies, N, d_model)
+        states = states.flatten(0, 1)  # (copies·N, d_model), copy by copy
         rows = 64 if self.device.type == "cpu" else 8192  # CPU: blocks that stay in cache; GPU: few launches
         states, weight = with_bias(states, self.model.generator)
-        loss, nll = self.objective(states, weight, labels[keep], AUTOCAST.get(self.dtype, torch.float32), rows)
-        return loss, nll.detach(), copies * int(keep.sum())
+        loss, nll = self.objective(states, weight, labels, AUTOCAST.get(self.dtype, torch.float32), rows)
+        return loss, nll.detach(), copies * labels.numel()
 
 
 def with_bias(states: torch.Tensor, generator: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,53 +256,78 @@ class Stepper:
         self.model = self.loss
         gc.collect()
 
+    @property
+    def skips_on_device(self) -> bool:
+        """Whether the optimizer takes the non-finite flag as a tensor and skips the update on the device
+        (``found_inf``: fused Adam and AdamW, the trainer's), so that the host need not read it first."""
+        return self.scaler is None and getattr(self.optimizer, "_step_supports_amp_scaling", False)
+
     def update(self, batches: list, step: int, progress: float = 0.0) -> UpdateStats:
         """Accumulate gradients over ``batches`` and take update number ``step`` (≥ 1) unless non-finite.
 
         ``progress`` is the fraction of the run's budget used before this update (for the ``linear`` schedule).
         """
-        local = sum(b.tgt_tokens for b in batches) * self.loss.copies  # two copies count each token twice
-        total = int(all_sum(torch.tensor([float(local)], dtype=torch.float64, device=self.device), self.ctx).item())
-        factor = self.ctx.world_size / max(total, 1)
+        return self.apply(self.accumulate(batches), step, progress)
+
+    def accumulate(self, batches: list) -> Accumulated:
+        """Forward and backward over ``batches``, the gradients of the summed loss over the update's global
+        target-token count. Reads nothing from the device."""
+        copies = self.loss.copies
+        local = sum(b.tgt_tokens for b in batches)  # the batches' counts, known on the host
+        if self.ctx.enabled:  # the global count stays on the device: all-reduced, never read here
+            count = torch.full((1,), float(local * copies), dtype=torch.float64, device=self.device)
+            factor = (self.ctx.world_size / all_sum(count, self.ctx).clamp(min=1)).float().squeeze(0)
+        else:
+            factor = 1 / max(local * copies, 1)
         sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, nll, tokens, src tokens
         for i, batch in enumerate(batches):
             last = i == len(batches) - 1
             sync = contextlib.nullcontext() if last or not self.ctx.enabled else self.model.no_sync()
             src, tgt = batch.src.to(self.device, non_blocking=True), batch.tgt.to(self.device, non_blocking=True)
             with sync:
-                loss, nll, n = self.model(src, tgt)
+                loss, nll, _ = self.model(src, tgt, batch.tgt_tokens)
                 scaled = loss * factor
                 (self.scaler.scale(scaled) if self.scaler else scaled).backward()
-            sums += torch.stack(
-                [
-                    loss.detach().double(),
-                    nll.double(),
-                    torch.tensor(float(n), dtype=torch.float64, device=self.device),
-                    torch.tensor(float(batch.src_tokens), dtype=torch.float64, device=self.device),
-                ]
-            )
-        loss_sum, nll_sum, tokens, src_tokens = all_sum(sums, self.ctx).tolist()
+            sums[:2].add_(torch.stack([loss.detach().double(), nll.double()]))
+        src_tokens = sum(b.src_tokens for b in batches)
+        sums[2].add_(local * copies)  # host numbers into the device tensor: kernel arguments, not copies
+        sums[3].add_(src_tokens)
+        return Accumulated(all_sum(sums, self.ctx), None if self.ctx.enabled else (local, src_tokens))
+
+    def apply(self, acc: Accumulated, step: int, progress: float = 0.0) -> UpdateStats:
+        """Take update number ``step`` from :meth:`accumulate`'s gradients unless the loss was not finite.
+
+        With :attr:`skips_on_device` nothing is read: the optimizer gets the non-finite flag as a tensor, and
+        the returned statistics are read when first used. Otherwise the host reads the flag first."""
         lr = self.schedule(step, progress)
-        stats = UpdateStats(
-            loss_sum / max(tokens, 1),
-            nll_sum / max(tokens, 1),
-            int(tokens) // self.loss.copies,
-            int(src_tokens),
-            lr,
-            math.isfinite(loss_sum),
-        )
-        if not stats.finite:
-            self.optimizer.zero_grad(set_to_none=True)
-            return stats
+        sums = acc.sums
+
+        def stats(norm: torch.Tensor | None) -> UpdateStats:
+            values = sums if norm is None else torch.cat([sums, norm.detach().double().reshape(1)])
+            return UpdateStats(HostCopy(values), sums, self.loss.copies, lr, acc.local)
+
+        checked = None
+        if not self.skips_on_device:  # the host reads the flag now: this optimizer cannot skip on the device
+            checked = stats(None)
+            if not checked.finite:
+                self.optimizer.zero_grad(set_to_none=True)
+                return checked
         set_lr(self.optimizer, lr)
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
-        if self.clip_norm > 0:
-            stats.grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm))
+        norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm) if self.clip_norm > 0 else None
+        # copied before the optimizer's kernels are queued: reading it waits for the backward and clip only
+        out = checked if checked is not None and norm is None else stats(norm)
         if self.scaler:
             self.scaler.step(self.optimizer)
             self.scaler.update()
+        elif self.skips_on_device:
+            self.optimizer.found_inf = (~torch.isfinite(sums[0])).float()  # 1: the update changes nothing
+            try:
+                self.optimizer.step()
+            finally:
+                del self.optimizer.found_inf
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return stats
+        return out

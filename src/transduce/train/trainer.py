@@ -14,6 +14,14 @@
 The data position (epoch, batch index), every rank's RNG states and the optimizer are in each checkpoint,
 so a run killed at any moment resumes from its last checkpoint and, on CPU with the same thread count,
 ends with bit-identical weights, dropout included.
+
+The host does not wait for the device between updates. An update after which nothing is to be decided (no
+log line, validation, checkpoint or stop: :meth:`Trainer._may_defer`) is counted one update late: its
+non-finite flag is read once the next update's forward and backward are queued, from a copy made before
+its optimizer step (``step.HostCopy``), and only then is it counted, folded into the moving average and
+its tokens added to the log's. The weights and every decision are those of reading it at once: a
+non-finite update is skipped by the optimizer on the device (``found_inf``), and the next update's step
+number, learning rate and moving average follow the flag, which is known before they are needed.
 """
 
 from __future__ import annotations
@@ -50,6 +58,9 @@ from .step import Stepper, UpdateStats, resolve_dtype
 from .validate import bleu_hook, valid_loss
 
 EMA_MODEL = "ema-model"  # RUN_DIR/ema-model: the moving average of the weights (train.ema_decay)
+# with several ranks: they agree on stopping and share the elapsed time every AGREE_EVERY updates (and at every
+# log line, validation and step checkpoint), one all-reduce that the host reads; a signal waits for the next
+AGREE_EVERY = 10
 
 
 def training_objective(cfg: TrainConfig, model_cfg: ModelConfig, fast: FastPaths) -> SmoothedLoss | RDrop:
@@ -249,21 +260,28 @@ class Trainer:
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         start, last_save = time.perf_counter() - self.elapsed, self.elapsed
         saved_step, finished = self.step, False
+        pending = None  # an update the device has taken whose non-finite flag is not read yet
         try:
             while self.step < cfg.max_steps and self.stop_reason is None:
                 batches = self.next_batches()  # update_freq batches of ~max_tokens target tokens (§5.1)
                 if batches is None:
+                    if pending is not None:
+                        self._settle(pending, log, start)
                     self.stop_reason = f"max_epochs={cfg.max_epochs} reached"
                     break
-                # forward, the training objective, backward, the optimizer at the schedule's rate (§5.3, §5.4)
-                stats = self.stepper.update(batches, self.step + 1, self.progress())
-                if not self._account(stats, log):
+                # forward, the training objective and backward (§5.4), queued on the device
+                accumulated = self.stepper.accumulate(batches)
+                if pending is not None:  # the last update's flag, read while this one's work is queued
+                    self._settle(pending, log, start)
+                    pending = None
+                # the optimizer at the schedule's rate (§5.3); a non-finite update changes nothing
+                stats = self.stepper.apply(accumulated, self.step + 1, self.progress())
+                if self._may_defer(self.step + 1, start, last_save):
+                    pending = stats
                     continue
-                self.step += 1
-                if self.ema is not None:
-                    self.ema.update(self.model, self.step)
+                if not self._settle(stats, log, start):
+                    continue
                 self.elapsed = time.perf_counter() - start
-                log.update(self.step, stats)
                 if self.valid is not None and self.step % cfg.validate_every == 0:
                     self._validate(log, bleu)
                 if cfg.max_minutes is not None and self.elapsed >= 60 * cfg.max_minutes:
@@ -318,6 +336,40 @@ class Trainer:
             )
         return log, bleu
 
+    def _may_defer(self, step: int, start: float, last_save: float) -> bool:
+        """Whether update ``step``, if taken, leaves nothing to decide before the next update starts: no log
+        line, validation, checkpoint, last update, budget or signal. With several ranks it depends on the step
+        alone (every rank must agree on it: the others are decided with :meth:`_agree_on_stop`, which every
+        rank calls together), and every ``AGREE_EVERY``-th update is not deferred, so that they agree."""
+        cfg = self.cfg
+        if step >= cfg.max_steps:
+            return False
+        every = [cfg.log_every, cfg.save_every_steps, cfg.validate_every if self.valid is not None else None]
+        if any(n is not None and step % n == 0 for n in every + [AGREE_EVERY if self.ctx.enabled else None]):
+            return False
+        if self.ctx.enabled:
+            return True
+        elapsed = time.perf_counter() - start
+        return not (
+            self.signalled is not None
+            or (cfg.max_minutes is not None and elapsed >= 60 * cfg.max_minutes)
+            or (cfg.save_every_minutes is not None and elapsed - last_save >= 60 * cfg.save_every_minutes)
+        )
+
+    def _settle(self, stats: UpdateStats, log: RunLog, start: float) -> bool:
+        """Count an update the device has taken, or skipped as non-finite (which reads its statistics); fold a
+        taken one into the moving average and the log. True if taken. The elapsed time of several ranks is
+        the one they agree on (:meth:`_agree_on_stop`), so that a time-based learning rate is theirs alike."""
+        if not self._account(stats, log):
+            return False
+        self.step += 1
+        if self.ema is not None:
+            self.ema.update(self.model, self.step)
+        if not self.ctx.enabled:
+            self.elapsed = time.perf_counter() - start
+        log.update(self.step, stats)
+        return True
+
     def _checkpoint_due(self, last_save: float) -> bool:
         """Every ``save_every_steps`` updates, and every ``save_every_minutes`` (the paper: 10 minutes) of
         the elapsed time the ranks share (:meth:`_agree_on_stop`), so that all ranks decide alike."""
@@ -339,7 +391,10 @@ class Trainer:
     def _agree_on_stop(self) -> None:
         """With several ranks: stop together, and share one elapsed time (the mean), so that a time-based
         learning rate is the same on every rank. A signal counts from here (read once: one arriving later
-        waits for the next update), so every rank leaves the loop, and checkpoints, at the same update."""
+        waits for the next agreement), so every rank leaves the loop, and checkpoints, at the same update.
+        The ranks agree after every update that :meth:`_may_defer` does not defer: every ``AGREE_EVERY``
+        updates, and at log lines, validations and step checkpoints; a time budget, a checkpoint every
+        ``save_every_minutes`` and a signal are acted on there."""
         self.stop_reason = self.stop_reason or self.signalled
         if self.ctx.enabled:
             values = torch.tensor(

@@ -28,7 +28,7 @@ def valid_loss(
     loss_sum = nll_sum = 0.0
     tokens = 0
     for batch in batches:
-        loss, nll, n = compute(batch.src.to(device), batch.tgt.to(device))
+        loss, nll, n = compute(batch.src.to(device), batch.tgt.to(device), batch.tgt_tokens)
         loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + n
     model.train(was_training)
     nll = nll_sum / max(tokens, 1)
