@@ -34,6 +34,7 @@ from peer import PeerTransformer, copy_weights  # noqa: E402
 from transduce.data import PreparedData  # noqa: E402
 from transduce.data.batching import TokenBatches  # noqa: E402
 from transduce.model import ModelConfig, Transformer  # noqa: E402
+from transduce.train.loss import SmoothedLoss  # noqa: E402
 from transduce.train.schedule import Schedule  # noqa: E402
 from transduce.train.step import Stepper  # noqa: E402
 
@@ -86,7 +87,7 @@ def train_speed(
         Schedule("rsqrt", 4000, cfg.d_model),
         device=device,
         dtype=dtype,
-        label_smoothing=cfg.label_smoothing,
+        objective=SmoothedLoss(cfg.label_smoothing),
     )
     batches = TokenBatches(data.split("train"), max_tokens, seed=1).epoch(1)
     batches = [batches[i % len(batches)] for i in range(warmup + steps)]

@@ -161,3 +161,31 @@ def test_the_training_bench_times_a_preset_with_model_keys_over_it(data_dir, cap
             bench.main([str(data_dir), "--preset", "tiny", "--set", "d_modle=32"])
     finally:
         torch.set_num_threads(threads)
+
+
+def test_gpu_script_smoke_on_cpu(data_dir, tmp_path):  # noqa: F811
+    """bench/gpu.py is run only when a GPU is lent: its training part runs here on CPU (tiny, fp32), so the
+    one prepared script cannot break unseen between GPU runs."""
+    import json
+
+    import gpu
+
+    gpu.main(
+        [
+            "--data",
+            str(data_dir),
+            "--out",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--steps",
+            "2",
+            "--skip",
+            "torchrun",
+            "decode",
+        ]
+    )
+    rows = json.loads((tmp_path / "gpu.json").read_text())["train"]
+    assert [r["impl"] for r in rows] == ["transduce", "nn.Transformer"]
+    assert all(r["tgt_tokens_per_s"] > 0 for r in rows)
+    assert "| tiny | fp32 |" in (tmp_path / "gpu.md").read_text()
