@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e '.[dev]'
-	# argostranslate (MIT; tests/test_argos.py installs exported packages with it) without its declared
+	# argostranslate (MIT; tests/test_interop_argos.py installs exported packages with it) without its declared
 	# dependencies: it asks for sacremoses<0.2 where transduce pins 0.2.0 (argostranslate uses sacremoses only for
 	# bpe.model packages) and for minisbd, which is AGPL; stanza, the rest it imports, is in the dev extra.
 	$(PY) -m pip install -q --no-deps argostranslate==1.11.0

@@ -1,6 +1,6 @@
 // Google Highway's Exp over 2^22 points of [-87, 0], written as raw floats to the file named by argv[1]:
 // bench/simd_libraries.py builds this for Highway's AVX2 target and for its scalar target and counts the
-// results that differ (vecmath.h's exp returns the same bits at every level: tests/test_cpu_paths.py).
+// results that differ (vecmath.h's exp returns the same bits at every level: tests/test_backends_cpu_paths.py).
 #include <cstdio>
 #include <vector>
 

@@ -2,7 +2,7 @@
 
     python argos_translate_run.py PACKAGE FROM TO SENTENCES.json  ->  prints {"installed": [...], "translations": [...]}
 
-Run by tests/test_argos.py in a fresh process, because argostranslate reads its settings (ARGOS_*, XDG_*
+Run by tests/test_interop_argos.py in a fresh process, because argostranslate reads its settings (ARGOS_*, XDG_*
 folders) once, when first imported: the test sets them to a temporary home. Every socket connection raises,
 so a step that reaches for the network fails the test instead of downloading. argostranslate's default
 sentence splitter (MiniSBD) would fetch a model for the source language on first use; the installed

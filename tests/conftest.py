@@ -77,7 +77,7 @@ def read_multi30k(split: str, lang: str, limit: int | None = None) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    """Name the CPU kernel paths that ran (test_cpu_paths.py), and every skipped test and why, so that a run
+    """Name the CPU kernel paths that ran (test_backends_cpu_paths.py), and every skipped test and why, so that a run
     that could not test something says so."""
     _cpu_paths_summary(terminalreporter)
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if getattr(r, "longrepr", None)]
@@ -100,7 +100,7 @@ def _cpu_paths_summary(terminalreporter) -> None:
     for outcome in ("passed", "failed"):
         for report in terminalreporter.stats.get(outcome, []):
             nodeid = getattr(report, "nodeid", "")
-            if not nodeid.startswith("tests/test_cpu_paths.py") or getattr(report, "when", "call") != "call":
+            if not nodeid.startswith("tests/test_backends_cpu_paths.py") or getattr(report, "when", "call") != "call":
                 continue
             if "under_emulation" in nodeid:
                 counts.setdefault("aarch64 under qemu-user", {}).setdefault(outcome, 0)

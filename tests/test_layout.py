@@ -132,4 +132,4 @@ def test_rooms_import_only_downwards(graph):
         )
         for d in sorted(illegal, key=lambda d: (d.importer, d.imported))
     ]
-    assert not illegal, "imports against the layers (tests/test_layers.py: LAYERS):\n" + "\n".join(lines)
+    assert not illegal, "imports against the layers (tests/test_layout.py: LAYERS):\n" + "\n".join(lines)

@@ -99,7 +99,7 @@ def chosen_isa() -> tuple[Isa, str]:
 
 def isa_named(name: str | Isa | None) -> Isa:
     """The level called ``name`` (None: :func:`chosen_isa`'s); an error if this CPU cannot run it. An
-    :class:`Isa` is taken as it is (the tests' emulated levels: ``tests/test_cpu_paths.py``)."""
+    :class:`Isa` is taken as it is (the tests' emulated levels: ``tests/test_backends_cpu_paths.py``)."""
     if name is None:
         return chosen_isa()[0]
     if isinstance(name, Isa):

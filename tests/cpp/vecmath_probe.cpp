@@ -1,6 +1,6 @@
 // vecmath.h's functions on the inputs in a file, their results written to another, as raw float32:
 // the same program built for this CPU and for another (aarch64, run under qemu-user) must write the same
-// bytes (tests/test_cpu_paths.py). No torch: the decoder step's own code, nothing else.
+// bytes (tests/test_backends_cpu_paths.py). No torch: the decoder step's own code, nothing else.
 //
 //   vecmath_probe IN OUT    IN: n float32 values x; OUT: exp(x), gelu(x), swish(x) (n each), then for each
 //                           length L of kLengths (L <= n): sum, sum_squares(c = 0.5), dot(x, x), max,

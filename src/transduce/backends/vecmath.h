@@ -15,7 +15,7 @@
 // Each function reads one row (one sentence's beam, one head) and nothing else, so its result does not
 // depend on the batch either. std::log (once per row, in log Σ exp) is the C library's.
 //
-// Accuracy against the exact functions (float64 references, tests/test_cpu_paths.py): exp within 1e-7
+// Accuracy against the exact functions (float64 references, tests/test_backends_cpu_paths.py): exp within 1e-7
 // relative (a degree-6 minimax polynomial on |r| <= ln2/2); GELU within 5e-7 relative everywhere, its
 // negative tail included (Φ(x) = Q(|x|) for x < 0 is computed directly, never as 1 - (1 - Q)).
 #pragma once

@@ -1,7 +1,7 @@
 // Force-included first (g++ -include): the AVX2, FMA, AVX-512 and VNNI intrinsics that the decoder step's
 // C++ uses, as SIMDe's portable implementations (Debian's libsimde-dev, built with SIMDE_NO_NATIVE), and
 // the macros that tell vecmath.h and int8_gemm.h those levels are there: their vector code then runs,
-// lane by lane, on a CPU without them (tests/test_cpu_paths.py). A name missing below does not compile
+// lane by lane, on a CPU without them (tests/test_backends_cpu_paths.py). A name missing below does not compile
 // (the compiler's own AVX-512 functions refuse to inline into code built without -mavx512f).
 #pragma once
 // The compiler's headers first (torch includes <x86intrin.h>): including them again later does nothing,
