@@ -52,7 +52,9 @@ def offline(models):
 
 
 def app_for(models, pairs, **kw):
-    return create_app([spec_from_dir(models[p], name="-".join(p)) for p in pairs], load=lambda s: load(s.path), **kw)
+    return create_app(
+        specs=[spec_from_dir(models[p], name="-".join(p)) for p in pairs], load=lambda s: load(s.path), **kw
+    )
 
 
 def document(translator, text):

@@ -128,7 +128,7 @@ def test_pool_unloads_least_recently_used_idle_models(specs, tmp_path):
 
 
 def test_libretranslate_api(specs, offline):
-    with TestClient(create_app(specs, load=loader)) as c:
+    with TestClient(create_app(specs=specs, load=loader)) as c:
         assert c.get("/languages").json() == [
             {"code": "en", "name": "English", "targets": ["en", "fr"]},
             {"code": "fr", "name": "French", "targets": ["en", "fr"]},
@@ -177,7 +177,7 @@ def test_libretranslate_api(specs, offline):
 def test_auto_source_without_a_route(specs, tiny_model_dir, tmp_path):
     model, vocabs, _ = load_model_dir(tiny_model_dir)
     de = spec_from_dir(save_model_dir(tmp_path / "de-fr", model, vocabs, {"src_lang": "de", "tgt_lang": "fr"}))
-    with TestClient(create_app([specs[0], de], load=loader)) as c:
+    with TestClient(create_app(specs=[specs[0], de], load=loader)) as c:
         r = c.post("/translate", json={"q": "x", "source": "auto", "target": "en"})  # listed, as a source only
         assert r.status_code == 400 and "no model here translates into 'en'" in r.json()["error"]
         r = c.post("/translate", json={"q": "x", "source": "auto", "target": "it"})
@@ -203,7 +203,7 @@ def test_api_keys_and_request_limits(specs, tmp_path):
 
     access = Access(keys, require="remote")
     assert access.check(None, "127.0.0.1") == "anonymous" and access.check(None, "::1") == "anonymous"
-    with TestClient(create_app(specs, load=loader, access=access)) as c:  # TestClient's address is not loopback
+    with TestClient(create_app(specs=specs, load=loader, access=access)) as c:  # TestClient's address is not loopback
         body = {"q": "A dog.", "source": "en", "target": "fr"}
         r = c.post("/translate", json=body)
         assert r.status_code == 403 and "API key is required" in r.json()["error"]
@@ -238,7 +238,9 @@ def test_api_keys_and_request_limits(specs, tmp_path):
 
 
 def test_metrics_count_requests_batches_and_models(specs):
-    app = create_app(specs, Settings(workers=1), load=loader, budget_bytes=0)  # one worker: a batch per request
+    app = create_app(
+        settings=Settings(workers=1), specs=specs, load=loader, budget_bytes=0
+    )  # one worker: a batch per request
     with TestClient(app) as c:
         for _ in range(2):
             c.post("/translate", json={"q": EN[:2], "source": "en", "target": "fr"})
@@ -258,7 +260,7 @@ def test_metrics_count_requests_batches_and_models(specs):
 
 def test_load_two_pairs_zero_errors_offline_outputs(specs, offline):
     """8 clients x 6 LibreTranslate requests on 127.0.0.1, pairs mixed: every answer 200 and equal offline."""
-    app = create_app(specs, Settings(wait_ms=10), load=loader)
+    app = create_app(settings=Settings(wait_ms=10), specs=specs, load=loader)
     live = Live(app)
     rng = random.Random(0)
     pairs = {("en", "fr"): EN, ("fr", "en"): DE}
@@ -301,7 +303,7 @@ def test_cli_serves_a_models_file_and_checks_keys(specs, tmp_path, monkeypatch, 
 
 
 def test_page_and_attention_endpoint(specs, offline):
-    with TestClient(create_app(specs, load=loader)) as c:
+    with TestClient(create_app(specs=specs, load=loader)) as c:
         page = c.get("/")
         assert page.status_code == 200 and '<select id="pair">' in page.text and "/page.js" in page.text
         assert "/v1/attention" in c.get("/page.js").text
@@ -321,7 +323,7 @@ def test_a_model_that_fails_to_load_names_itself_and_the_others_keep_working(spe
     broken = save_model_dir(tmp_path / "de-fr", model, vocabs, {"src_lang": "de", "tgt_lang": "fr"})
     weights = broken / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])  # truncated
-    with TestClient(create_app([specs[0], spec_from_dir(broken)], load=loader)) as c:
+    with TestClient(create_app(specs=[specs[0], spec_from_dir(broken)], load=loader)) as c:
         r = c.post("/translate", json={"q": "Un chien.", "source": "de", "target": "fr"})
         assert r.status_code == 500 and r.json()["error"].startswith(f"model de-fr ({broken}) could not be loaded")
         r = c.post("/v1/translate", json={"text": ["Un chien."], "source": "de", "target": "fr"})

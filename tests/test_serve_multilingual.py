@@ -58,7 +58,7 @@ def test_every_target_is_served_as_offline(models, tmp_path, capsys):
     specs = read_models(toml(tmp_path / "models.toml", [f'path = "{models["en-mul"]}"', f'path = "{models["en-fr"]}"']))
     assert [(s.name, s.target, s.languages) for s in specs] == [("en-mul", "mul", ("deu", "fra")), ("en-fr", "fr", ())]
     offline = load(models["en-mul"])
-    with TestClient(create_app(specs, load=lambda spec: load(spec.path))) as c:
+    with TestClient(create_app(specs=specs, load=lambda spec: load(spec.path))) as c:
         # two-letter codes that clients match (Mastodon: ``include?("fr")``); "fr" is the en-fr model's,
         # so >>fra<< keeps its own code
         assert c.get("/languages").json() == [

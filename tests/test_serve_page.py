@@ -81,7 +81,7 @@ def test_page_translates_and_shows_attention_on_hover(browser, tiny_model_dir, t
 
     other = untrained_model(tiny_model_dir, tmp_path / "fr-en", "fr", "en")
     specs = [spec_from_dir(tiny_model_dir, name="en-fr"), spec_from_dir(other)]
-    live = Live(create_app(specs, load=lambda spec: load(spec.path)))
+    live = Live(create_app(specs=specs, load=lambda spec: load(spec.path)))
     try:
         browser.get(live.url + "/")
         wait = WebDriverWait(browser, 120)

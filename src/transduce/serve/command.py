@@ -263,8 +263,8 @@ def run(args: argparse.Namespace) -> int:
             return translator
 
         app = create_app(
-            specs,
-            settings,
+            settings=settings,
+            specs=specs,
             access=access,
             load=load_spec,
             budget_bytes=int(args.memory_budget_mb * 2**20),

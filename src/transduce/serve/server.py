@@ -21,11 +21,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .keys import Access
 from .registry import ModelPool, ModelSpec
 from .service import Service, Settings, make_batcher_factory
+
+if TYPE_CHECKING:
+    from ..decode.translator import Translator
+    from .suggestions import Store
 
 try:
     from fastapi import FastAPI, Request
@@ -131,7 +137,7 @@ class Observe:
             self.metrics.observe(scope["path"], status[0], time.perf_counter() - start)
 
 
-def single_spec(translator, name: str) -> ModelSpec:
+def single_spec(translator: Translator, name: str) -> ModelSpec:
     meta = getattr(translator, "meta", {}) or {}
     languages = tuple(sorted(getattr(translator, "target_languages", {}) or {}))  # a multilingual model's
     target = str(meta.get("tgt_lang", "")) or ("mul" if languages else "")
@@ -139,33 +145,28 @@ def single_spec(translator, name: str) -> ModelSpec:
 
 
 def create_app(
-    models,
+    translator: Translator | None = None,
     settings: Settings | None = None,
+    *,
+    specs: Sequence[ModelSpec] = (),
+    load: Callable[[ModelSpec], Translator] | None = None,
     name: str = "",
-    access: Access | None = None,
-    load=None,
     budget_bytes: int = 0,
+    access: Access | None = None,
     cors_origins: tuple[str, ...] = ("*",),
-    suggestions=None,
-    files: FileStore | None | bool = True,
+    suggestions: Store | None = None,
+    files: FileStore | bool = True,
 ) -> FastAPI:
-    """The ASGI app around one loaded :class:`~transduce.decode.translator.Translator` (``models``), or
-    around a list of :class:`~transduce.serve.registry.ModelSpec` loaded on first use by ``load(spec)``
-    within ``budget_bytes`` (0: no limit). ``files``: where translated files go (True: a folder under the
-    system's temporary folder; False: no file translation)."""
+    """The ASGI app around one loaded ``translator`` (served as ``name``), or around ``specs``, each loaded on
+    first use by ``load(spec)`` within ``budget_bytes`` of models (0: no limit); one or the other.
+
+    ``access``: API keys and rate limits (default: none needed). ``cors_origins``: where browsers may call
+    from (empty: no CORS headers). ``suggestions``: where POST /suggest keeps what users suggest (None: off).
+    ``files``: where translated files go (True: a folder under the system's temporary folder; False: no file
+    translation)."""
     settings = settings or Settings()
-    access = access or Access([], require="never")
-    if isinstance(models, list):
-        if load is None:
-            raise ValueError("serving model specs needs load(spec) -> Translator")
-        pool = ModelPool(models, load, None, budget_bytes)
-    else:
-        pool = ModelPool([single_spec(models, name)], lambda spec: models, None, 0)
-    metrics = Metrics(pool)
-    pool.make_batcher = make_batcher_factory(settings, metrics)
-    if not isinstance(models, list):
-        pool.add_loaded(next(iter(pool.specs.values())), models)
-    service = Service(pool, settings, access, suggestions)  # suggestions: a suggestions.Store or None
+    pool, metrics = _pool(translator, specs, load, name, budget_bytes, settings)
+    service = Service(pool, settings, access or Access([], require="never"), suggestions)
     if files is True:
         files = FileStore(default_folder())
     if files:
@@ -194,6 +195,36 @@ def create_app(
     app.include_router(v1.router(service))
     if files:
         app.include_router(files_api.router(service, files))
+    _add_pages(app, metrics)
+    return app
+
+
+def _pool(
+    translator: Translator | None,
+    specs: Sequence[ModelSpec],
+    load: Callable[[ModelSpec], Translator] | None,
+    name: str,
+    budget_bytes: int,
+    settings: Settings,
+) -> tuple[ModelPool, Metrics]:
+    """The models :func:`create_app` serves, with batchers that report to the metrics."""
+    if (translator is None) == (not specs):
+        raise ValueError("create_app serves one translator or model specs (with load), not both or neither")
+    if translator is None:
+        if load is None:
+            raise ValueError("serving model specs needs load(spec) -> Translator")
+        pool = ModelPool(list(specs), load, None, budget_bytes)
+    else:
+        pool = ModelPool([single_spec(translator, name)], lambda spec: translator, None, 0)
+    metrics = Metrics(pool)
+    pool.make_batcher = make_batcher_factory(settings, metrics)
+    if translator is not None:
+        pool.add_loaded(next(iter(pool.specs.values())), translator)
+    return pool, metrics
+
+
+def _add_pages(app: FastAPI, metrics: Metrics) -> None:
+    """The routes around the two APIs: health, the OpenAPI document, metrics, the page."""
 
     @app.get("/health")
     def health() -> dict:
@@ -214,8 +245,6 @@ def create_app(
     @app.get("/page.js", include_in_schema=False)
     def page_script() -> Response:
         return Response((STATIC / "page.js").read_text(encoding="utf-8"), media_type="text/javascript")
-
-    return app
 
 
 def _version() -> str:
