@@ -12,23 +12,54 @@ vocabulary of 1,000 pieces. It is deterministic (fixed seed, one torch thread) a
 session, shared by pytest-xdist workers through an fcntl lock. It translates badly but not randomly
 (short, fluent-ish French), which is what decoding, visualisation and serving tests need. About 40 s of
 one core when the machine is idle; set TRANSDUCE_TEST_CACHE=DIR to keep the model across test sessions
-(delete DIR after changing this recipe).
+(`make test` and `make test-fast` keep it in .cache/tests). The model's folder is named by a digest of this
+recipe, the corpus, the code it trains with and torch's version, so a change to any of them trains a new one.
 
-``tiny_translator`` (session scope): that model loaded as a :class:`transduce.decode.translator.Translator`.
+``tiny_translator`` (session scope): that model loaded as a :class:`transduce.decode.translator.Translator`;
+``translator`` is the same object, under the name the decoding, serving and file tests use.
+
+Shared by several test files, each made once per test session (:func:`build_once`; ``multi30k_raw`` once per
+pytest-xdist worker):
+
+* ``data_dir``: a prepared slice of the corpus (2,000 pairs, 500 pieces) for training tests, with
+  :func:`write_config` and :func:`train_in_process` to train on it;
+* ``multi30k_raw``: a directory of the corpus's first lines under Multi30k's file names
+  (:func:`write_multi30k_shaped`), what ``transduce prepare multi30k --raw`` and the recipe read;
+* ``finished_recipe``: one recipe run to its end on ``multi30k_raw`` (:func:`write_recipe`), for tests that
+  read or re-evaluate a finished run;
+* ``browser``: a headless chromium (skipped loudly without one; TRANSDUCE_REQUIRE_BROWSER=1 fails instead);
+* :func:`serve_subprocess`: ``transduce serve`` in its own process, stopped as SIGTERM stops it.
+
+Tests marked ``slow`` (pyproject.toml) are those of more than about 10 s of one core; ``make test-fast`` leaves
+them out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gzip
+import hashlib
+import inspect
+import json
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-CORPUS = Path(__file__).resolve().parent / "data" / "bible-en-fr"  # shipped: train / valid / test, en / fr
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+CORPUS = REPO / "tests" / "data" / "bible-en-fr"  # shipped: train / valid / test, en / fr
 SRC_LANG, TGT_LANG = "en", "fr"
 # the decoding commands (cli.py) and transduce.load set MKL's reproducibility mode before MKL's first call;
 # tests that decode with a bare model need it too (batch invariance on Intel CPUs)
@@ -191,20 +222,29 @@ def keep_torch_threads():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """Path of a trained ``tiny`` en->fr model directory (see the module docstring)."""
+    cache = os.environ.get("TRANSDUCE_TEST_CACHE")  # kept across sessions: `make test`, `make test-fast`
+    root = Path(cache) if cache else None
+    return build_once(tmp_path_factory, f"tiny_model_en_fr-{_tiny_digest()}", _train_tiny, root)
+
+
+def build_once(tmp_path_factory, name: str, build, root: Path | None = None) -> Path:
+    """Folder ``name``, made by ``build(folder)`` once per test session and shared by its pytest-xdist workers
+    through an fcntl lock (in ``root`` instead, once for as long as ``root`` keeps it). A build that failed
+    halfway is removed and run again by the next test that asks."""
     base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # one dir per pytest session
-    if os.environ.get("TRANSDUCE_TEST_CACHE"):  # opt-in cache kept across sessions (development)
-        shared = Path(os.environ["TRANSDUCE_TEST_CACHE"])
-        shared.mkdir(parents=True, exist_ok=True)
-    out = shared / "tiny_model_en_fr"
-    with open(shared / "tiny_model_en_fr.lock", "w") as lock:
+    root = root or (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)  # one per pytest session
+    root.mkdir(parents=True, exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if not (out / "model.safetensors").is_file():
-                _train_tiny(out)
+            if not done.is_file():
+                shutil.rmtree(folder, ignore_errors=True)
+                build(folder)
+                done.touch()
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
-    return out
+    return folder
 
 
 @pytest.fixture(scope="session")
@@ -214,3 +254,251 @@ def tiny_translator(tiny_model_dir):
 
     torch.set_num_threads(1)
     return load(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def translator(tiny_translator):
+    """``tiny_translator``, under the name the decoding, serving and file tests use."""
+    return tiny_translator
+
+
+def _tiny_digest() -> str:
+    """12 hex digits that change with the tiny model's recipe, its corpus, the code it trains with and torch."""
+    h = hashlib.sha256()
+    h.update(inspect.getsource(_train_tiny).encode() + inspect.getsource(_pad).encode())
+    h.update(repr((TINY_PAIRS, TINY_VOCAB, TINY_STEPS, TINY_BATCH, TINY_SEED, TINY_MAX_POSITIONS)).encode())
+    h.update(repr((SRC_LANG, TGT_LANG, torch.__version__)).encode())
+    code = SRC / "transduce"
+    for path in [CORPUS / f"train.{SRC_LANG}.gz", CORPUS / f"train.{TGT_LANG}.gz", code / "modeldir.py"]:
+        h.update(path.read_bytes())
+    for path in sorted([*(code / "model").glob("*.py"), code / "data" / "vocab.py", code / "safefiles.py"]):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+# ---------------------------------------------------------------- training on a slice of the corpus
+PAIRS, VALID = 2000, 100  # data_dir's training and validation pairs
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory) -> Path:
+    """A prepared data directory (``transduce prepare files``) of the corpus's first 2,000 training and 100
+    validation pairs, en->fr, 500 shared pieces, once per test session. Tests read it and never write into it."""
+    return build_once(tmp_path_factory, "corpus-slice", _prepare_slice) / "data"
+
+
+def _prepare_slice(root: Path) -> None:
+    from transduce.cli import main
+
+    root.mkdir(parents=True)
+    for name, n in (("train", PAIRS), ("valid", VALID)):
+        for lang in ("en", "fr"):
+            (root / f"{name}.{lang}").write_text("\n".join(read_corpus(name, lang, n)) + "\n")
+    argv = ["prepare", "files", "--src-lang", "en", "--tgt-lang", "fr", "--vocab-size", "500"]
+    for flag, name in [("src", "train.en"), ("tgt", "train.fr"), ("valid-src", "valid.en"), ("valid-tgt", "valid.fr")]:
+        argv += [f"--{flag}-file", str(root / name)]
+    assert main([*argv, "--out", str(root / "data")]) == 0
+
+
+def write_config(path: Path, data: Path, out: Path, **train) -> Path:
+    """A training config of the ``tiny`` preset on ``data``: 8 updates of 300 tokens, checkpoints every 2, no
+    validation or BLEU; ``train`` overrides any [train] key."""
+    values = dict(
+        data=str(data),
+        out=str(out),
+        max_tokens=300,
+        schedule="inverse_sqrt",
+        peak_lr=3e-3,
+        warmup=8,
+        dtype="bf16",
+        threads=1,
+        max_steps=8,
+        validate_every=1000,
+        save_every_steps=2,
+        keep_last=10,
+        log_every=1,
+        tensorboard=False,
+        bleu_sentences=0,
+        check_backends=0,
+    )
+    values.update(train)
+    lines = ["[train]"] + [f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"' for k, v in values.items()]
+    path.write_text("\n".join(lines).replace("True", "true").replace("False", "false") + '\n[model]\npreset = "tiny"\n')
+    return path
+
+
+def train_in_process(config: Path, resume: bool = False, overrides=()):
+    """Train ``config`` in this process, as ``transduce train`` does; returns the finished Trainer."""
+    from transduce.data import PreparedData
+    from transduce.train.config import load_config, model_config
+    from transduce.train.trainer import Trainer, write_run_header
+
+    threads = torch.get_num_threads()
+    cfg, table = load_config(config, list(overrides))
+    data = PreparedData.open(cfg.data)
+    mcfg = model_config(table, data.vocabs, "test")
+    write_run_header(cfg, mcfg, data.vocabs)
+    trainer = Trainer(cfg, mcfg, data, resume=resume)
+    try:
+        trainer.train()
+    finally:
+        torch.set_num_threads(threads)
+    return trainer
+
+
+# ---------------------------------------------------------------- Multi30k-shaped data and the recipe
+MULTI30K_SPLITS = {"train": "train", "val": "valid", "test_2016_flickr": "test"}  # Multi30k's names -> the corpus's
+RECIPE_SIZES = {"train": 1500, "val": 60, "test_2016_flickr": 40}  # multi30k_raw's lines per split
+
+
+def write_multi30k_shaped(root: Path, sizes: dict[str, int]) -> Path:
+    """``root`` holding ``{split}.{en,fr}.gz`` under Multi30k's file names, each the first ``sizes[split]`` lines
+    of the corpus's matching split."""
+    root.mkdir(parents=True, exist_ok=True)
+    for split, n in sizes.items():
+        for lang in ("en", "fr"):
+            with gzip.open(root / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("\n".join(read_corpus(MULTI30K_SPLITS[split], lang, n)) + "\n")
+    return root
+
+
+@pytest.fixture(scope="session")
+def multi30k_raw(tmp_path_factory) -> Path:
+    """A Multi30k-shaped directory of the corpus's first lines, :data:`RECIPE_SIZES` of each split."""
+    return write_multi30k_shaped(tmp_path_factory.mktemp("m30k-raw"), RECIPE_SIZES)
+
+
+def write_recipe(path: Path, raw: Path, out: Path, processes: int) -> Path:
+    """A recipe on ``raw`` (en->fr, 400 pieces, ``tiny``): 12 bf16 updates, a checkpoint every 3, the last 3
+    averaged, beam 2 and α chosen among 0, 0.6 and 2 on valid."""
+    path.write_text(f"""
+[recipe]
+out = "{out}"
+processes = {processes}
+[prepare]
+corpus = "multi30k"
+tgt = "fr"
+raw = "{raw}"
+vocab_size = 400
+[model]
+preset = "tiny"
+[train]
+max_tokens = 400
+schedule = "linear"
+peak_lr = 0.003
+warmup = 4
+dtype = "bf16"
+threads = 1
+max_steps = 12
+save_every_steps = 3
+validate_every = 6
+bleu_sentences = 20
+tensorboard = false
+[average]
+last = 3
+[evaluate]
+beam = 2
+alpha = [0.0, 0.6, 2.0]
+""")
+    return path
+
+
+@pytest.fixture(scope="session")
+def finished_recipe(multi30k_raw, tmp_path_factory) -> tuple[Path, dict]:
+    """(its recipe file, its results.json) for :func:`write_recipe` with one process, run to its end in OUT = the
+    recipe file's folder / "out", once per test session. Tests that change a run copy OUT first."""
+    from transduce.recipe import load_recipe, run_recipe
+
+    def run(folder: Path) -> None:
+        folder.mkdir(parents=True)
+        run_recipe(load_recipe(write_recipe(folder / "r.toml", multi30k_raw, folder / "out", 1)))
+
+    folder = build_once(tmp_path_factory, "finished-recipe", run)
+    return folder / "r.toml", json.loads((folder / "out" / "results.json").read_text())
+
+
+# ---------------------------------------------------------------- servers and browsers
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve_subprocess(root: Path, *args: str) -> Iterator[str]:
+    """``transduce serve ARGS --threads 1`` in its own process, in folder ``root`` (its log: root/serve.log), on a
+    free port; yields the server's URL once /health answers. On exit it sends SIGTERM and checks uvicorn's
+    graceful shutdown (exit status 0 or the signal's, "Application shutdown complete" logged)."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, "-m", "transduce", "serve", *args, "--port", str(port), "--threads", "1"]
+    log_path = root / "serve.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(argv, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    urllib.request.urlopen(url + "/health", timeout=5)
+                    break
+                except OSError:
+                    assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
+                    time.sleep(0.2)
+            yield url
+        finally:
+            process.terminate()  # SIGTERM: uvicorn's graceful shutdown, which then re-raises the signal
+            status = process.wait(60)
+    assert status in (0, -signal.SIGTERM), log_path.read_text()
+    assert "Application shutdown complete" in log_path.read_text()
+
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1200,900",
+]
+
+
+def no_browser(why: str):
+    """Skip the test with a loud reason (and a warning in the summary); fail it with TRANSDUCE_REQUIRE_BROWSER."""
+    message = (
+        f"NO BROWSER, PAGE TEST SKIPPED: {why}. Install Debian's chromium and chromium-driver "
+        "(apt-get install -y chromium chromium-driver) to run it."
+    )
+    if os.environ.get("TRANSDUCE_REQUIRE_BROWSER"):
+        pytest.fail(message + " (TRANSDUCE_REQUIRE_BROWSER is set)")
+    warnings.warn(message, stacklevel=2)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """A headless chromium driven by selenium (Debian's chromium and chromium-driver on PATH)."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        no_browser("the selenium package is not installed (pip install selenium)")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if binary is None or driver_path is None:
+        no_browser(
+            f"chromium {'found' if binary else 'not found'}, chromedriver "
+            f"{'found' if driver_path else 'not found'} on PATH"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in CHROMIUM_FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()

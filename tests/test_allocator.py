@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from test_train_run import REPO, data_dir, write_config  # noqa: F401
+from conftest import REPO, write_config
 
 from transduce.allocator import choose, find_jemalloc, native_bf16_cpu
 

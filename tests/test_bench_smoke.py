@@ -18,7 +18,6 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
 from bench_train import build_models, curves, throughput, throughput_table  # noqa: E402
-from test_train_run import data_dir  # noqa: E402, F401  (module-scoped corpus slice)
 
 from transduce.data.batching import Batch  # noqa: E402
 

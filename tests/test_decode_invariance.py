@@ -16,11 +16,6 @@ from transduce.decode import translator as translator_mod
 N = 48
 
 
-@pytest.fixture
-def translator(tiny_translator):
-    return tiny_translator
-
-
 @pytest.fixture(scope="module")
 def sources():
     return read_corpus("test", "en", N)

@@ -11,11 +11,6 @@ from transduce.decode.search import SampleConfig, beam_search, greedy, length_pe
 from transduce.decode.translator import Translator
 
 
-@pytest.fixture
-def translator(tiny_translator):
-    return tiny_translator
-
-
 @pytest.fixture(scope="module")
 def sources():
     return read_corpus("test", "en", 60)

@@ -12,11 +12,6 @@ from conftest import read_corpus
 from transduce.cli import main
 
 
-@pytest.fixture
-def translator(tiny_translator):
-    return tiny_translator
-
-
 @pytest.fixture(scope="module")
 def sources():
     return read_corpus("test", "en", 12)

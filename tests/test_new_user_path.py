@@ -9,32 +9,24 @@ equal offline translation by the model that should have served it.
 """
 
 import json
-import os
 import shutil
-import signal
 import subprocess
-import sys
-import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import read_corpus
+from conftest import read_corpus, serve_subprocess
 from opus_models import sentences, write_marianmt
 
 pytest.importorskip("uvicorn", reason="server tests need uvicorn (the serve extra)")
 pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
 pytest.importorskip("prometheus_client", reason="server tests need prometheus-client (the serve extra)")
 
-from test_serve_page import browser  # noqa: E402, F401  (the headless-browser fixture)
-
 from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
 from transduce.data.vocab import Vocab  # noqa: E402
 from transduce.modeldir import load_model_dir  # noqa: E402
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 QUERIES = ["In the beginning God created the heavens and the earth.", "And God said, Let there be light."]
 
 
@@ -82,34 +74,8 @@ def user(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(user):
     """``transduce serve --models models.toml`` in its own process on a free port; yields its URL."""
-    root = user[0]
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    argv = [sys.executable, "-m", "transduce", "serve", "--models", "models.toml", "--port", str(port)]
-    log = open(root / "serve.log", "w")
-    process = subprocess.Popen([*argv, "--threads", "1"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(url + "/health", timeout=5)
-            break
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, (root / "serve.log").read_text()
-            time.sleep(0.2)
-    yield url
-    process.terminate()  # SIGTERM: uvicorn's graceful shutdown, which then re-raises the signal
-    assert process.wait(60) in (0, -signal.SIGTERM), (root / "serve.log").read_text()
-    log.close()
-    assert "Application shutdown complete" in (root / "serve.log").read_text()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    with serve_subprocess(user[0], "--models", "models.toml") as url:
+        yield url
 
 
 def post(url: str, body: dict) -> dict:
@@ -143,7 +109,7 @@ def test_fine_tuned_model_served_next_to_a_second_one(user, server):
     assert answer == {"error": "es is not supported"}
 
 
-def test_fine_tuned_model_in_the_page(user, server, browser):  # noqa: F811
+def test_fine_tuned_model_in_the_page(user, server, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
 

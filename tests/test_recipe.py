@@ -3,69 +3,30 @@ in-process and under torchrun with two processes (gloo)."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-from conftest import read_corpus
+from conftest import RECIPE_SIZES, write_recipe
 
 from transduce.config import ConfigError
 from transduce.recipe import load_recipe, run_recipe
 
-SIZES = {"train": 1500, "val": 60, "test_2016_flickr": 40}
-SPLITS = {"train": "train", "val": "valid", "test_2016_flickr": "test"}  # Multi30k's file names -> the corpus's
+
+def test_recipe_runs_end_to_end_and_chooses_on_valid(finished_recipe):
+    path, results = finished_recipe
+    check_finished(path.parent / "out", results, processes=1)
 
 
-@pytest.fixture(scope="module")
-def raw(tmp_path_factory) -> Path:
-    """A Multi30k-shaped directory (its file names) holding the first lines of the shipped corpus's splits."""
-    root = tmp_path_factory.mktemp("m30k-raw")
-    for split, n in SIZES.items():
-        for lang in ("en", "fr"):
-            with gzip.open(root / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
-                f.write("\n".join(read_corpus(SPLITS[split], lang, n)) + "\n")
-    return root
-
-
-def write_recipe(path: Path, raw: Path, out: Path, processes: int) -> Path:
-    path.write_text(f"""
-[recipe]
-out = "{out}"
-processes = {processes}
-[prepare]
-corpus = "multi30k"
-tgt = "fr"
-raw = "{raw}"
-vocab_size = 400
-[model]
-preset = "tiny"
-[train]
-max_tokens = 400
-schedule = "linear"
-peak_lr = 0.003
-warmup = 4
-dtype = "bf16"
-threads = 1
-max_steps = 12
-save_every_steps = 3
-validate_every = 6
-bleu_sentences = 20
-tensorboard = false
-[average]
-last = 3
-[evaluate]
-beam = 2
-alpha = [0.0, 0.6, 2.0]
-""")
-    return path
-
-
-@pytest.mark.parametrize("processes", [1, 2])
-def test_recipe_runs_end_to_end_and_chooses_on_valid(raw, tmp_path, processes):
+def test_recipe_runs_end_to_end_under_torchrun_with_two_processes(multi30k_raw, tmp_path):
     out = tmp_path / "out"
-    results = run_recipe(load_recipe(write_recipe(tmp_path / "r.toml", raw, out, processes)))
+    results = run_recipe(load_recipe(write_recipe(tmp_path / "r.toml", multi30k_raw, out, 2)))
+    check_finished(out, results, processes=2)
+
+
+def check_finished(out: Path, results: dict, processes: int) -> None:
+    """What a finished run of :func:`write_recipe` holds: its figures, the model chosen on valid, its test."""
     saved = json.loads((out / "results.json").read_text())
     assert saved["train"]["step"] == 12 and saved["train_processes"] == processes
     assert saved["averaged_checkpoints"] == 3 and set(saved["scores"]) == {"final", "averaged"}
@@ -75,8 +36,8 @@ def test_recipe_runs_end_to_end_and_chooses_on_valid(raw, tmp_path, processes):
     assert valid[chosen] == max(valid.values())
     assert "test" in saved["scores"][chosen] and all("test" not in s for n, s in saved["scores"].items() if n != chosen)
     test = saved["scores"][chosen]["test"]
-    assert test["sentences"] == SIZES["test_2016_flickr"] and 0 <= test["tok_lc_bleu"] <= 100
-    assert len((out / "test.hyp").read_text().splitlines()) == SIZES["test_2016_flickr"]
+    assert test["sentences"] == RECIPE_SIZES["test_2016_flickr"] and 0 <= test["tok_lc_bleu"] <= 100
+    assert len((out / "test.hyp").read_text().splitlines()) == RECIPE_SIZES["test_2016_flickr"]
     sweep = saved["alpha_sweep_valid_bleu"][chosen]  # α chosen on valid too, and used on test
     assert set(sweep) == {"0.0", "0.6", "2.0"} and sweep[str(test["alpha"])] == max(sweep.values())
     assert saved["decode"]["alpha"] == test["alpha"] == saved["scores"][chosen]["valid"]["alpha"]
@@ -87,7 +48,7 @@ def test_recipe_runs_end_to_end_and_chooses_on_valid(raw, tmp_path, processes):
         assert saved["backends"].startswith("bleu fp32") and f"{record['delta']:+.2f}" in saved["backends"]
 
 
-def test_a_lowercased_recipe_chooses_alpha_and_model_on_tok_lc_bleu(raw, tmp_path, monkeypatch):
+def test_a_lowercased_recipe_chooses_alpha_and_model_on_tok_lc_bleu(multi30k_raw, tmp_path, monkeypatch):
     # Cased sacreBLEU of lowercase output is meaningless. Scores are rigged so that the two metrics
     # disagree: tok-lc BLEU prefers alpha 2.0 and the averaged model, sacreBLEU alpha 0.0 and the final one.
     import transduce.api
@@ -113,15 +74,15 @@ def test_a_lowercased_recipe_chooses_alpha_and_model_on_tok_lc_bleu(raw, tmp_pat
     monkeypatch.setattr(recipe_module, "_score", rigged)
     monkeypatch.setattr(transduce.api, "load", load)
     out = tmp_path / "out"
-    run_recipe(load_recipe(write_recipe(tmp_path / "r.toml", raw, out, 1), ["prepare.lowercase=true"]))
+    run_recipe(load_recipe(write_recipe(tmp_path / "r.toml", multi30k_raw, out, 1), ["prepare.lowercase=true"]))
     saved = json.loads((out / "results.json").read_text())
     assert saved["chosen_by"] == "tok_lc_bleu" and saved["chosen"] == "averaged"
     assert saved["decode"]["alpha"] == 2.0 and saved["scores"]["averaged"]["test"]["alpha"] == 2.0
     assert saved["alpha_sweep_valid_bleu"]["averaged"] == {"0.0": 1.0, "0.6": 7.0, "2.0": 21.0}
 
 
-def test_recipe_rejects_unknown_keys_and_bad_values(raw, tmp_path):
-    path = write_recipe(tmp_path / "r.toml", raw, tmp_path / "out", 1)
+def test_recipe_rejects_unknown_keys_and_bad_values(multi30k_raw, tmp_path):
+    path = write_recipe(tmp_path / "r.toml", multi30k_raw, tmp_path / "out", 1)
     with pytest.raises(ConfigError, match="processes"):
         load_recipe(path, ["recipe.processes=0"])
     with pytest.raises(ConfigError, match="alpha"):
@@ -156,12 +117,17 @@ def test_the_multi30k_recipe_is_muon_gelu_weight_decay_r_drop_and_ema_in_bf16_an
     assert recipes[0].train == {**recipes[1].train, "dtype": "bf16"}
 
 
-def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(raw, tmp_path):
-    out = tmp_path / "out"
-    path = write_recipe(tmp_path / "r.toml", raw, out, 1)
+def test_evaluate_only_needs_a_finished_run(multi30k_raw, tmp_path):
+    path = write_recipe(tmp_path / "r.toml", multi30k_raw, tmp_path / "out", 1)
     with pytest.raises(FileNotFoundError, match="results.json"):
         run_recipe(load_recipe(path), evaluate_only=True)
-    first = run_recipe(load_recipe(path))
+
+
+def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(finished_recipe, multi30k_raw, tmp_path):
+    finished, first = finished_recipe
+    out = tmp_path / "out"
+    shutil.copytree(finished.parent / "out", out)
+    path = write_recipe(tmp_path / "r.toml", multi30k_raw, out, 1)
     again = run_recipe(load_recipe(path, ["evaluate.alpha=1.0", "evaluate.beam=1"]), evaluate_only=True)
     assert again["train_wall_s"] == first["train_wall_s"] and again["train"] == first["train"]
     assert again["decode"]["alpha"] == 1.0 and again["decode"]["beam"] == 1

@@ -28,11 +28,6 @@ from transduce.serve.server import Settings, create_app  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def translator(tiny_model_dir):
-    return load(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
 def sentences():
     return read_corpus("valid", "en", 40)
 

@@ -8,14 +8,8 @@ German reaches French through English.
 """
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -23,21 +17,15 @@ httpx = pytest.importorskip("httpx", reason="client tests need httpx")
 pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extra)")
 pytest.importorskip("py3langid", reason="language identification needs py3langid")
 
+from conftest import serve_subprocess  # noqa: E402
 from live_server import untrained_model  # noqa: E402
 
 from transduce.api import load  # noqa: E402
 from transduce.text.document import reassemble, sentences, split_text  # noqa: E402
 from transduce.text.markup import translate_html_batch  # noqa: E402
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 EN = ["A man rides a red bike.", "Two men are playing soccer."]
 DE = "Ein Mann fährt mit einem roten Fahrrad durch die Stadt."
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -53,25 +41,8 @@ def models(tiny_model_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def url(models):
     """``transduce serve --models models.toml`` in its own process on a free port; yields its URL."""
-    root = models[0]
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    argv = [sys.executable, "-m", "transduce", "serve", "--models", "models.toml", "--port", str(port)]
-    log = open(root / "serve.log", "w")
-    process = subprocess.Popen([*argv, "--threads", "1"], cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(base + "/health", timeout=5)
-            break
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, (root / "serve.log").read_text()
-            time.sleep(0.2)
-    yield base
-    process.terminate()
-    process.wait(60)
-    log.close()
+    with serve_subprocess(models[0], "--models", "models.toml") as base:
+        yield base
 
 
 def fr(models, texts):

@@ -11,15 +11,9 @@ pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extr
 from fastapi.testclient import TestClient  # noqa: E402
 from file_samples import DOCX, archive, check, sample  # noqa: E402
 
-from transduce.api import load  # noqa: E402
 from transduce.serve.files import FORMATS, FileStore  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
 from transduce.serve.service import Settings  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def translator(tiny_model_dir):
-    return load(tiny_model_dir)
 
 
 def upload(c, name, data, **fields):

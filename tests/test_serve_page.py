@@ -4,13 +4,9 @@ Choose a pair, type two sentences, press Translate: the page shows the offline t
 hovering a translated word shades the source words by the attention weights the API returned; "Detect
 language" shows the language found and the model that ran.
 
-Without a browser the test is skipped with a loud reason (and a warning in the summary);
+Without a browser (conftest.py's ``browser``) the test is skipped with a loud reason (and a warning in the summary);
 with TRANSDUCE_REQUIRE_BROWSER=1 (set by .ci/run, which installs the browser) it fails instead.
 """
-
-import os
-import shutil
-import warnings
 
 import pytest
 
@@ -24,54 +20,7 @@ from transduce.api import load  # noqa: E402
 from transduce.serve.registry import spec_from_dir  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
 
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--window-size=1200,900",
-]
 SENTENCES = ["A dog runs in the park.", "Two men are playing soccer."]
-
-
-def no_browser(why: str):
-    message = (
-        f"NO BROWSER, PAGE TEST SKIPPED: {why}. Install Debian's chromium and chromium-driver "
-        "(apt-get install -y chromium chromium-driver) to run it."
-    )
-    if os.environ.get("TRANSDUCE_REQUIRE_BROWSER"):
-        pytest.fail(message + " (TRANSDUCE_REQUIRE_BROWSER is set)")
-    warnings.warn(message, stacklevel=2)
-    pytest.skip(message)
-
-
-@pytest.fixture
-def browser(tmp_path):
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        no_browser("the selenium package is not installed (pip install selenium)")
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver_path = shutil.which("chromedriver")
-    if binary is None or driver_path is None:
-        no_browser(
-            f"chromium {'found' if binary else 'not found'}, chromedriver "
-            f"{'found' if driver_path else 'not found'} on PATH"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for flag in CHROMIUM_FLAGS + [f"--user-data-dir={tmp_path / 'profile'}"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
 
 
 def test_page_translates_and_shows_attention_on_hover(browser, tiny_model_dir, tmp_path):

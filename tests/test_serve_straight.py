@@ -11,18 +11,12 @@ pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extr
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from transduce.api import load  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
 from transduce.serve.service import Settings  # noqa: E402
 from transduce.text.markup import translate_html_batch  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 SNIPPETS = ["<p>A man rides a <b>red</b> bike. Two men talk.</p>", "<ul><li>A dog runs.</li></ul>"]
-
-
-@pytest.fixture(scope="module")
-def translator(tiny_model_dir):
-    return load(tiny_model_dir)
 
 
 def metric(text: str, name: str) -> float:

@@ -9,18 +9,12 @@ uvicorn = pytest.importorskip("uvicorn", reason="server tests need uvicorn (the 
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
 from transduce.config import ConfigError  # noqa: E402
 from transduce.serve.keys import Access, read_keys  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
 from transduce.serve.service import Settings  # noqa: E402
 from transduce.serve.suggestions import Store  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def translator(tiny_model_dir):
-    return load(tiny_model_dir)
 
 
 def test_frontend_settings_and_spec(translator, tmp_path):

@@ -3,13 +3,12 @@ Multi30k-shaped directory; the table's shape, the plots, skipping finished rows 
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-from conftest import read_corpus
+from conftest import write_multi30k_shaped
 
 from transduce.cli import main as cli
 from transduce.study.report import PAPER, direction
@@ -17,7 +16,6 @@ from transduce.study.table3 import rows
 from transduce.train.checkpoint import list_checkpoints
 
 SIZES = {"train": 600, "val": 16, "test_2016_flickr": 8}
-SPLITS = {"train": "train", "val": "valid", "test_2016_flickr": "test"}
 STEPS = 6
 # the C++ kernels would be built on first use; the tensor ops keep the test to seconds on any checkout
 ARGS = ["--scale", "cpu", "--d-model", "64", "--steps", str(STEPS), "--max-tokens", "300", "--seeds", "1"]
@@ -29,12 +27,7 @@ ARGS += ["--beam", "1", "--max-len-b", "4"]  # an untrained model writes to the 
 def data(tmp_path_factory) -> Path:
     """A prepared data directory from the first lines of the shipped corpus (en-fr), Multi30k's file names."""
     root = tmp_path_factory.mktemp("study")
-    raw = root / "raw"
-    raw.mkdir()
-    for split, n in SIZES.items():
-        for lang in ("en", "fr"):
-            with gzip.open(raw / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
-                f.write("\n".join(read_corpus(SPLITS[split], lang, n)) + "\n")
+    raw = write_multi30k_shaped(root / "raw", SIZES)
     out = root / "data"
     argv = ["prepare", "multi30k", "--src", "en", "--tgt", "fr", "--raw", str(raw), "--out", str(out)]
     assert cli(argv + ["--vocab-size", "300"]) == 0

@@ -15,7 +15,6 @@ import socket
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from test_train_run import data_dir  # noqa: F401  (the module-scoped prepared slice of the test corpus)
 
 from transduce.data import PreparedData
 from transduce.data.batching import TokenBatches

@@ -7,9 +7,8 @@ import json
 
 import pytest
 import torch
+from conftest import train_in_process, write_config, write_recipe
 from safetensors.torch import load_file
-from test_recipe import raw, write_recipe  # noqa: F401  (the module-scoped fixture)
-from test_train_run import data_dir, train_in_process, write_config  # noqa: F401
 
 from transduce.config import ConfigError
 from transduce.recipe import load_recipe, run_recipe
@@ -74,9 +73,10 @@ def test_an_ema_run_checkpoints_the_average_resumes_it_bit_identically_and_saves
         train_in_process(plain, resume=True, overrides=["max_steps=4", "ema_decay=0.5"])
 
 
-def test_a_recipe_with_ema_scores_the_average_as_a_third_candidate(raw, tmp_path):  # noqa: F811
+def test_a_recipe_with_ema_scores_the_average_as_a_third_candidate(multi30k_raw, tmp_path):
     out = tmp_path / "out"
-    results = run_recipe(load_recipe(write_recipe(tmp_path / "r.toml", raw, out, 1), ["train.ema_decay=0.8"]))
+    recipe = load_recipe(write_recipe(tmp_path / "r.toml", multi30k_raw, out, 1), ["train.ema_decay=0.8"])
+    results = run_recipe(recipe)
     saved = json.loads((out / "results.json").read_text())
     assert set(saved["scores"]) == {"final", "averaged", "ema"}
     valid = {name: s["valid"]["bleu"] for name, s in saved["scores"].items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_train_run import data_dir, write_config  # noqa: F401  (module-scoped real Multi30k slice)
+from conftest import write_config
 
 from transduce.cli import main as cli_main
 from transduce.config import ConfigError

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import write_config
 from safetensors.torch import load_file
 from test_data_streaming import pair
-from test_train_run import write_config
 
 from transduce.cli import main as cli_main
 from transduce.train.checkpoint import list_checkpoints

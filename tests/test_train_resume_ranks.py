@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
+from conftest import write_config
 from safetensors.torch import load_file
-from test_train_run import data_dir, write_config  # noqa: F401  (the module-scoped prepared corpus slice)
 
 from transduce.data import PreparedData
 from transduce.train.checkpoint import prune, rank_rng_name, read_state, resume_point, save_checkpoint, step_dir

@@ -14,92 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import read_corpus
+from conftest import REPO, train_in_process, write_config
 from safetensors.torch import load_file
 
 from transduce.cli import main as cli_main
-from transduce.data import PreparedData
 from transduce.modeldir import load_model_dir
 from transduce.train.average import average
 from transduce.train.checkpoint import list_checkpoints
-from transduce.train.config import load_config, model_config
-from transduce.train.trainer import Trainer, write_run_header
-
-REPO = Path(__file__).resolve().parents[1]
-PAIRS, VALID = 2000, 100
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("corpus")
-    for name, n in (("train", PAIRS), ("valid", VALID)):
-        for lang in ("en", "fr"):
-            (root / f"{name}.{lang}").write_text("\n".join(read_corpus(name, lang, n)) + "\n")
-    assert (
-        cli_main(
-            [
-                "prepare",
-                "files",
-                "--src-file",
-                str(root / "train.en"),
-                "--tgt-file",
-                str(root / "train.fr"),
-                "--valid-src-file",
-                str(root / "valid.en"),
-                "--valid-tgt-file",
-                str(root / "valid.fr"),
-                "--src-lang",
-                "en",
-                "--tgt-lang",
-                "fr",
-                "--vocab-size",
-                "500",
-                "--out",
-                str(root / "data"),
-            ]
-        )
-        == 0
-    )
-    return root / "data"
-
-
-def write_config(path: Path, data: Path, out: Path, **train) -> Path:
-    values = dict(
-        data=str(data),
-        out=str(out),
-        max_tokens=300,
-        schedule="inverse_sqrt",
-        peak_lr=3e-3,
-        warmup=8,
-        dtype="bf16",
-        threads=1,
-        max_steps=8,
-        validate_every=1000,
-        save_every_steps=2,
-        keep_last=10,
-        log_every=1,
-        tensorboard=False,
-        bleu_sentences=0,
-        check_backends=0,
-    )
-    values.update(train)
-    lines = ["[train]"] + [f"{k} = {v!r}" if not isinstance(v, str) else f'{k} = "{v}"' for k, v in values.items()]
-    path.write_text("\n".join(lines).replace("True", "true").replace("False", "false") + '\n[model]\npreset = "tiny"\n')
-    return path
-
-
-def train_in_process(config: Path, resume: bool = False, overrides=()) -> Trainer:
-    threads = torch.get_num_threads()
-    cfg, table = load_config(config, list(overrides))
-    data = PreparedData.open(cfg.data)
-    mcfg = model_config(table, data.vocabs, "test")
-    write_run_header(cfg, mcfg, data.vocabs)
-    trainer = Trainer(cfg, mcfg, data, resume=resume)
-    try:
-        trainer.train()
-    finally:
-        torch.set_num_threads(threads)
-    return trainer
 
 
 def metrics(run: Path, kind: str) -> list[dict]:
@@ -132,7 +53,6 @@ def test_loss_falls_within_seconds(data_dir, tmp_path):
 
 
 def test_validation_scores_bleu_through_the_translator(data_dir, tmp_path):
-    pytest.importorskip("transduce.decode.translator", reason="decoding (issue: translator) not available")
     config = write_config(
         tmp_path / "c.toml",
         data_dir,

@@ -23,7 +23,7 @@ import math
 
 import pytest
 import torch
-from test_train_run import data_dir, train_in_process, write_config  # noqa: F401  (the prepared corpus slice)
+from conftest import train_in_process, write_config
 
 from transduce.train import step as step_module
 from transduce.train.trainer import Trainer

@@ -7,13 +7,7 @@ from __future__ import annotations
 import pytest
 from file_samples import check, sample
 
-from transduce.api import load
 from transduce.cli import main
-
-
-@pytest.fixture(scope="module")
-def translator(tiny_model_dir):
-    return load(tiny_model_dir)
 
 
 def cli(capsys, *argv) -> tuple[int, str]:
