@@ -1,15 +1,26 @@
-"""The package's import structure: no import cycle between modules, and each room imports only rooms below it.
+"""The package's layout: no import cycle between modules, each room imports only rooms below it, and no
+function is longer than a screen without saying why.
 
 grimp reads every import statement of src/transduce, those inside functions included, without importing
 anything. A new import that closes a cycle or points upwards fails here with the chain that does it.
+
+A function in src/ may be at most ``MAX_LINES`` (80) lines long, from its ``def`` to its last line. A longer
+one passes only if its docstring gives the reason after the marker ``Long on purpose:``, for example a
+docstring that ends "Long on purpose: every option of the command, one call each, in --help's order."
 """
 
 from __future__ import annotations
+
+import ast
+from pathlib import Path
 
 import grimp
 import pytest
 
 PACKAGE = "transduce"
+SRC = Path(__file__).resolve().parents[1] / "src"
+MAX_LINES = 80
+LONG_ON_PURPOSE = "Long on purpose:"  # the docstring's marker before the reason a function is longer
 
 # top to bottom: a room may import the rooms below it, never one above; rooms on one line marked independent
 # import none of each other
@@ -133,3 +144,57 @@ def test_rooms_import_only_downwards(graph):
         for d in sorted(illegal, key=lambda d: (d.importer, d.imported))
     ]
     assert not illegal, "imports against the layers (tests/test_layout.py: LAYERS):\n" + "\n".join(lines)
+
+
+def long_functions(source: str) -> list[tuple[str, int, str | None]]:
+    """(qualified name, lines, the reason its docstring gives or None) of each function in ``source`` longer than
+    :data:`MAX_LINES`, nested ones included."""
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = prefix
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}."
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = child.end_lineno - child.lineno + 1
+                if lines > MAX_LINES:
+                    doc = ast.get_docstring(child) or ""
+                    reason = doc.partition(LONG_ON_PURPOSE)[2].strip() if LONG_ON_PURPOSE in doc else ""
+                    found.append((name[:-1], lines, reason or None))
+            visit(child, name)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_the_length_check_finds_long_functions_and_reads_their_reason():
+    def function(name: str, lines: int, doc: str = "", indent: str = "") -> str:
+        head = f"{indent}def {name}():\n" + (f'{indent}    """{doc}"""\n' if doc else "")
+        return head + "".join(f"{indent}    x = {i}\n" for i in range(lines - 1 - bool(doc)))
+
+    source = "\n".join(
+        [
+            function("short", MAX_LINES),
+            function("long", MAX_LINES + 1),
+            "class C:\n" + function("method", MAX_LINES + 1, f"{LONG_ON_PURPOSE} a table of cases.", "    "),
+            function("no_reason", MAX_LINES + 1, f"A docstring. {LONG_ON_PURPOSE}"),
+        ]
+    )
+    assert long_functions(source) == [
+        ("long", MAX_LINES + 1, None),
+        ("C.method", MAX_LINES + 1, "a table of cases."),
+        ("no_reason", MAX_LINES + 1, None),
+    ]
+
+
+def test_no_function_is_longer_than_a_screen_without_a_reason():
+    unexplained = []
+    for path in sorted((SRC / PACKAGE).rglob("*.py")):
+        for name, lines, reason in long_functions(path.read_text(encoding="utf-8")):
+            if reason is None:
+                unexplained.append(f"  {path.relative_to(SRC)}: {name}, {lines} lines")
+    assert not unexplained, (
+        f"functions over {MAX_LINES} lines whose docstring gives no reason after {LONG_ON_PURPOSE!r} "
+        "(split them, or say why not):\n" + "\n".join(unexplained)
+    )
