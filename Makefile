@@ -8,8 +8,10 @@ STAMP := $(VENV)/.installed
 #   make setup TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 TORCH ?= torch==2.13.0
 JOBS ?= 2
+# where `make test` and `make test-fast` keep the tests' trained model between runs (tests/conftest.py)
+TEST_CACHE ?= .cache/tests
 
-.PHONY: setup jemalloc lint test demo multi30k bench bench-simd bench-libretranslate clean
+.PHONY: setup jemalloc lint test test-fast demo multi30k bench bench-simd bench-libretranslate clean
 # demo training budget in minutes; e.g. `make demo DEMO_MINUTES=3` for a quick look
 DEMO_MINUTES ?= 15
 # Multi30k target language (de or fr), seed, and LOWERCASE=true for the papers' lowercased text
@@ -56,7 +58,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests bench
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) -q --durations=25
+	TRANSDUCE_TEST_CACHE=$(CURDIR)/$(TEST_CACHE) $(PY) -m pytest -n $(JOBS) -q --durations=25
+
+# for development: the suite without the tests marked slow (pyproject.toml), about a minute on 2 cores once
+# `make test` has built the C++ kernels and trained the tests' model
+test-fast: $(STAMP)
+	TRANSDUCE_TEST_CACHE=$(CURDIR)/$(TEST_CACHE) $(PY) -m pytest -n $(JOBS) -q -m "not slow" --durations=10
 
 demo: $(STAMP)
 	$(VENV)/bin/transduce demo --minutes $(DEMO_MINUTES)
@@ -88,4 +95,4 @@ bench-simd: $(STAMP)
 	$(PY) bench/simd_libraries.py --repeats 3
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache $(TEST_CACHE)

@@ -30,8 +30,8 @@ pytest-xdist worker):
 * ``browser``: a headless chromium (skipped loudly without one; TRANSDUCE_REQUIRE_BROWSER=1 fails instead);
 * :func:`serve_subprocess`: ``transduce serve`` in its own process, stopped as SIGTERM stops it.
 
-Tests marked ``slow`` (pyproject.toml) are those of more than about 10 s of one core; ``make test-fast`` leaves
-them out.
+Tests marked ``slow`` (pyproject.toml) take about 2 s or more each on two busy cores, or share a fixture that does
+(a whole file is marked with ``pytestmark``); ``make test-fast`` leaves them out, ``make test`` runs them.
 """
 
 from __future__ import annotations

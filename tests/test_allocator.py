@@ -50,7 +50,8 @@ def test_jemalloc_is_chosen_only_on_cpus_with_native_bf16_unless_named(tmp_path)
     assert choose({}, AMX)[0] == find_jemalloc({})  # bf16 CPU: the venv's or the system's, where there is one
 
 
-def test_training_runs_under_jemalloc_where_it_is_chosen_and_without_it_when_told(data_dir, tmp_path):  # noqa: F811
+@pytest.mark.slow
+def test_training_runs_under_jemalloc_where_it_is_chosen_and_without_it_when_told(data_dir, tmp_path):
     found = find_jemalloc({})
     if found is None:
         pytest.skip("no libjemalloc.so.2 here (`make setup` fetches one on Debian-like systems)")
@@ -66,7 +67,8 @@ def test_training_runs_under_jemalloc_where_it_is_chosen_and_without_it_when_tol
     assert "allocator=malloc (TRANSDUCE_JEMALLOC=0)" in off
 
 
-def test_a_library_that_cannot_be_preloaded_is_tried_once_and_training_goes_on(data_dir, tmp_path):  # noqa: F811
+@pytest.mark.slow
+def test_a_library_that_cannot_be_preloaded_is_tried_once_and_training_goes_on(data_dir, tmp_path):
     fake = tmp_path / "libjemalloc.so.2"
     fake.write_text("not a shared library\n")
     out = _train(write_config(tmp_path / "c.toml", data_dir, tmp_path / "c", max_steps=2), TRANSDUCE_JEMALLOC=str(fake))

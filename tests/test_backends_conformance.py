@@ -111,6 +111,7 @@ def test_every_backend_has_a_contract():
     assert set(CONTRACTS) == set(BACKENDS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BACKENDS)
 def test_backend_keeps_its_contract(name, decoders):
     if name not in decoders:

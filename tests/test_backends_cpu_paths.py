@@ -54,6 +54,7 @@ def _rows(n: int, seed: int, scale: float = 6.0) -> torch.Tensor:
     return x
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", LEVELS + EMULATED)
 def test_each_level_reports_itself(level):
     e, level = ext(level), level.removesuffix("-simde")
@@ -137,6 +138,7 @@ def _compile_flags() -> list[str]:
     return ["-std=c++20", "-fopenmp", "-ffp-contract=off", *includes, "-DTORCH_EXTENSION_NAME=transduce_check"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not cpp.X86 or shutil.which("c++") is None, reason="x86-64 levels, with a C++ compiler")
 def test_levels_this_cpu_lacks_still_compile():
     """The AVX-512 and VNNI code cannot run on a CPU without them, but it must still compile: each level the
@@ -153,6 +155,7 @@ def test_levels_this_cpu_lacks_still_compile():
 CROSS = "aarch64-linux-gnu-g++"
 
 
+@pytest.mark.slow
 def test_the_cpp_step_compiles_for_aarch64(tmp_path):
     """The decoder step's C++ compiles for ARM (Graviton, Apple silicon under Linux) with Debian's cross
     compiler: the scalar level, the one ARM runs."""
@@ -179,6 +182,7 @@ def _probe(compiler: str, out: Path, *flags: str) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("c++") is None, reason="needs a C++ compiler")
 def test_aarch64_computes_the_same_bits_under_emulation(tmp_path):
     """vecmath.h built for ARM and run under qemu-user returns this CPU's bits for every function and length,

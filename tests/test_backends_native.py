@@ -38,6 +38,7 @@ def _sources() -> torch.Tensor:
     return src
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -98,6 +99,7 @@ def test_deferred_reorders_compose(tiny_model_dir):
         assert torch.equal(a.self_k, b.self_k) and torch.equal(a.self_v, b.self_v)
 
 
+@pytest.mark.slow
 def test_translator_native_flag_same_output(tiny_model_dir):
     lines = read_corpus("test", "en", 24)
     plain, fast = load(tiny_model_dir), load(tiny_model_dir, native=True)
@@ -208,6 +210,7 @@ def test_int8_step_follows_the_models_activation(activation):
     assert 0 < err < apart / 4, (err, apart)
 
 
+@pytest.mark.slow
 def test_translator_int8_native(tiny_model_dir):
     lines = read_corpus("test", "en", 24)
     fast = load(tiny_model_dir, dtype="int8", native=True)
@@ -297,6 +300,7 @@ def test_int8_encoder_approximates_fp32(overrides):
             assert ((a - b) * real[:, None]).abs().max() < 0.05 * b.abs().max()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threads", [1, 2])
 def test_int8_native_is_batch_invariant(tiny_model_dir, threads):
     """Every int8 map quantises each row on its own and sums exactly, and the loops treat rows one at a

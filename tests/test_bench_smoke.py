@@ -47,6 +47,7 @@ def test_peer_computes_the_same_function():
     assert (a[real] - b[real]).abs().max() < 1e-4
 
 
+@pytest.mark.slow
 def test_throughput_flops_and_table():
     r = throughput("tiny", "bf16", [fake_batch(1)], VOCAB, repeats=1, peak=1e11)
     assert set(r.tok_s) == {"transduce", "nn.Transformer"}
@@ -70,6 +71,7 @@ def test_fairseq_is_reported_not_dropped():
     assert fairseq_status().startswith("- fairseq:")
 
 
+@pytest.mark.slow
 def test_decode_workers_agree(tiny_model_dir, tmp_path):
     pytest.importorskip("ctranslate2")
     from bench_decode import export_all, run_engine
@@ -88,6 +90,7 @@ def test_decode_workers_agree(tiny_model_dir, tmp_path):
     assert ours["hyps"] == ct2["hyps"]  # same arithmetic, same best hypotheses
 
 
+@pytest.mark.slow
 def test_decode_native_engine_agrees(tiny_model_dir, tmp_path):
     """The benchmark's native engine decodes exactly what its Python engine does."""
     import shutil
@@ -126,7 +129,7 @@ def test_benchmarks_md_keeps_each_machines_sections_together(tmp_path):
     assert not a[0] < text.index("train on B") < a[1]  # A's sections are adjacent, whichever machine comes first
 
 
-def test_the_training_bench_times_a_preset_with_model_keys_over_it(data_dir, capsys):  # noqa: F811
+def test_the_training_bench_times_a_preset_with_model_keys_over_it(data_dir, capsys):
     import train_step as bench
 
     from transduce.config import ConfigError
@@ -162,7 +165,8 @@ def test_the_training_bench_times_a_preset_with_model_keys_over_it(data_dir, cap
         torch.set_num_threads(threads)
 
 
-def test_gpu_script_smoke_on_cpu(data_dir, tmp_path):  # noqa: F811
+@pytest.mark.slow
+def test_gpu_script_smoke_on_cpu(data_dir, tmp_path):
     """bench/gpu.py is run only when a GPU is lent: its training part runs here on CPU (tiny, fp32), so the
     one prepared script cannot break unseen between GPU runs."""
     import json

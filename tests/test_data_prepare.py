@@ -32,6 +32,7 @@ def prepare(*args: str) -> int:
     return main(["prepare", *map(str, args)])
 
 
+@pytest.mark.slow
 @needs_multi30k
 def test_multi30k_counts_aliases_text_and_fast_load(tmp_path, capsys):
     out = tmp_path / "m30k"
@@ -174,6 +175,7 @@ def test_bible_from_a_tiny_wheel(tmp_path, capsys):
     assert "in both the test and the valid split" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cache_reused_and_invalidated(tmp_path, capsys):
     src, tgt = real_slice(tmp_path)
     out = tmp_path / "out"
@@ -236,6 +238,7 @@ def test_filters_are_counted_and_recorded(tmp_path, capsys):
     assert "'max_tokens_per_sentence': must be >= 1, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_vocab_round_trip_shared_and_separate(tmp_path):
     src, tgt = real_slice(tmp_path, 400)
     for extra, shared in (([], True), (["--separate-vocab"], False)):
@@ -257,6 +260,7 @@ def test_vocab_round_trip_shared_and_separate(tmp_path):
     assert (again / "vocab/shared.model").read_bytes() == (tmp_path / "outTrue/vocab/shared.model").read_bytes()
 
 
+@pytest.mark.slow
 def test_lowercase_vocab_round_trip_and_cache_key(tmp_path, capsys):
     src, tgt = real_slice(tmp_path, 400)
     base = ["files", "--src-file", src, "--tgt-file", tgt, "--src-lang", "en", "--tgt-lang", "fr", "--vocab-size", 500]

@@ -96,6 +96,7 @@ def test_dedup_keeps_first_occurrence_in_8_bytes_per_pair():
     assert digests.nbytes <= 8 * len(digests) + 8 * Digests.BLOCK
 
 
+@pytest.mark.slow
 def test_staging_memory_does_not_hold_the_text(tmp_path):
     """200,000 distinct pairs (over 200 bytes of str objects each) stream through in under 80 bytes a pair:
     only digests stay (8 bytes a pair, about 40 while they are sorted to find repeats)."""
@@ -132,6 +133,7 @@ def test_encoder_reads_ahead_a_bounded_number_of_chunks():
     assert max(lead) <= 2 * 2 + 1  # Pool.imap would have read all 40 ahead
 
 
+@pytest.mark.slow
 def test_parallel_encoding_equals_one_process(tmp_path):
     src, tgt = write_corpus(tmp_path / "c", [pair(i) for i in range(9000)])  # > 2 chunks
     base = ["--src-file", src, "--tgt-file", tgt, "--vocab-size", 150]

@@ -31,6 +31,7 @@ def _shuffled(lines, seed=3):
     return order, [lines[i] for i in order]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 4])
 def test_batch_size_sorting_and_order_do_not_change_output(translator, sources, beam):
     reference = _run(translator, sources, beam=beam, batch_size=1)
@@ -51,6 +52,7 @@ def test_batch_size_sorting_and_order_do_not_change_output(translator, sources, 
     assert [shuffled[order.index(i)] for i in range(len(sources))] == reference
 
 
+@pytest.mark.slow
 def test_two_threads_same_text(translator, sources):
     """With more than one intra-op thread MKL's GEMM rounds a row differently depending on where
     it sits in the batch (thread blocks), even at equal shapes, so only one thread is bit-exact
@@ -67,6 +69,7 @@ def test_two_threads_same_text(translator, sources):
     assert [a[1] for a in alone] == pytest.approx([b[1] for b in together], abs=1e-4)
 
 
+@pytest.mark.slow
 def test_without_the_measures_scores_depend_on_the_batch(translator, sources, monkeypatch):
     """Control: padding sources to the batch maximum and letting the row count float makes the
     float scores depend on the batch, which is what the test above would catch."""
@@ -83,6 +86,7 @@ def _pad_to_batch_max(self, rows):
     return torch.tensor([r + [self.config.pad_id] * (width - len(r)) for r in rows])  # (B, width)
 
 
+@pytest.mark.slow
 def test_bf16_batch_invariance(tiny_model_dir, sources):
     """bf16 weights and activations: the same measures apply, scores accumulated in fp32. What bf16
     promises on every CPU is the text and scores to 1e-5 relative: bf16 GEMMs go through oneDNN, whose AMX

@@ -44,6 +44,7 @@ def test_bad_settings_name_themselves(kwargs, key):
         MBRConfig(**kwargs)
 
 
+@pytest.mark.slow
 def test_translator_picks_from_the_beam(tiny_translator):
     sources = read_corpus("test", "en", 8)
     beam = tiny_translator.translate(sources, beam=4, max_len_b=10)

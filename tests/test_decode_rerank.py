@@ -44,6 +44,7 @@ def test_sequence_logprobs_agree_with_reference_perplexity_and_not_with_the_batc
     assert alone == pytest.approx(together, rel=1e-5) and all(lp < 0 for lp in alone)
 
 
+@pytest.mark.slow
 def test_reranking_chooses_from_the_beam_by_the_channel_score(tiny_model_dir):
     torch.set_num_threads(1)
     # the tiny en->de model stands in as its own "channel": the mechanics do not need a good one

@@ -34,6 +34,7 @@ def test_greedy_equals_beam_one(translator, sources):
     assert [h.logprob for h in g] == pytest.approx([h[0].logprob for h in b], abs=1e-4)
 
 
+@pytest.mark.slow
 def test_beam_scores_at_least_greedy(translator, sources):
     """Beam 4 (α = 0.6) ranks by logprob / lp and beats greedy on that score overall.
 
@@ -84,6 +85,7 @@ def _textbook_beam(model, src_row, beam, alpha, limit):
     return finished[0]
 
 
+@pytest.mark.slow
 @torch.no_grad()
 def test_batched_cached_beam_equals_textbook_beam(translator, sources):
     model = translator.model
@@ -110,6 +112,7 @@ def test_scores_match_teacher_forcing(translator, sources):
             assert h.score == pytest.approx(h.logprob / length_penalty(len(h.tokens) + 1, 0.6))
 
 
+@pytest.mark.slow
 def test_incremental_tokens_equal_recomputed_prefix(translator, sources):
     """Greedy with the cache gives the same tokens as greedy that re-runs the whole prefix each step."""
     model = translator.model
@@ -144,6 +147,7 @@ def test_max_length_respected(translator, sources):
     assert any(len(t.tokens) == 3 for t in out)
 
 
+@pytest.mark.slow
 def test_sampling_seeded_and_filtered(translator, sources):
     cfg = SampleConfig(temperature=1.0, top_k=1)
     greedy_out = translator.translate(sources[:12], beam=1)
@@ -156,6 +160,7 @@ def test_sampling_seeded_and_filtered(translator, sources):
         SampleConfig(temperature=0)
 
 
+@pytest.mark.slow
 def test_ensemble_of_one_model_twice_equals_the_model(translator, sources):
     """Averaging a model's log-probabilities with themselves changes nothing."""
     duo = Translator(Ensemble([translator.model, translator.model]), translator.vocabs)

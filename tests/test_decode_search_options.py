@@ -47,6 +47,7 @@ def test_options_are_frozen_and_loose_keywords_build_them():
         SearchOptions.of(bogus=1)
 
 
+@pytest.mark.slow
 def test_the_door_gives_what_each_search_gives(tiny_translator, sources):
     model, src = tiny_translator.model, _src(tiny_translator, sources[:8])
     options = SearchOptions(beam=4, alpha=0.6, max_len_b=12, nbest=2)

@@ -30,6 +30,7 @@ def test_empty_and_overlong_lines_keep_the_line_count(translator, sources):
         translator.translate(lines, beam=2, truncate=False)
 
 
+@pytest.mark.slow
 def test_results_in_input_order(translator, sources):
     one_by_one = [translator.translate([s], beam=1)[0] for s in sources[:6]]
     assert translator.translate(sources[:6], beam=1, batch_size=4) == one_by_one
@@ -51,6 +52,7 @@ def _cli(argv, stdin_bytes=None, monkeypatch=None, capsys=None):
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_cli_files_and_stdin(tiny_model_dir, translator, sources, tmp_path, monkeypatch, capsys):
     src = tmp_path / "in.en"
     src.write_text("\n".join([sources[0], "", sources[1]]) + "\n", encoding="utf-8")
@@ -85,6 +87,7 @@ def test_cli_bad_options(tiny_model_dir, capsys):
     assert code == 2 and "not a model directory" in err
 
 
+@pytest.mark.slow
 def test_int8_quantises_every_linear_and_still_translates(tiny_model_dir, translator, sources):
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 

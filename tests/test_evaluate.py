@@ -53,6 +53,7 @@ def test_cli_hyp_ref_json(tmp_path, capsys):
     assert "has 3 lines but" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_model_evaluation_and_perplexity(tiny_model_dir, tmp_path, capsys):
     src = read_corpus("test", "en", 30)
     ref = read_corpus("test", "fr", 30)

@@ -23,6 +23,7 @@ from transduce.train.kernels import for_training
 CPU = torch.device("cpu")
 
 
+@pytest.mark.slow
 def test_importing_transduce_changes_nothing_in_the_process():
     code = (
         "import os, sys; before = dict(os.environ); import transduce, transduce.api, transduce.fastpaths, transduce.backends; "

@@ -69,6 +69,7 @@ def hf_logits(hf_model, src: torch.Tensor, tgt_in: torch.Tensor) -> torch.Tensor
         return hf_model(input_ids=src, attention_mask=(src != 0).long(), decoder_input_ids=tgt_in).logits
 
 
+@pytest.mark.slow
 def test_hf_export_logits_and_greedy_match(fitted, corpus, tmp_path):
     model, vocabs, _ = fitted
     _, de, val = corpus
@@ -237,6 +238,7 @@ def test_gelu_models_export_to_both_with_equal_scores(fitted, corpus, tmp_path):
         assert torch.allclose(torch.tensor(res.log_probs), expect, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -390,6 +392,7 @@ def test_separate_vocabularies_export_and_round_trip(corpus, tmp_path, tie):
     )
 
 
+@pytest.mark.slow
 def test_test_file_translations_identical_across_toolkits(tiny_model_dir, tmp_path):
     """Greedy fp32 translations of the test corpus's sentences by the trained tiny model: transduce's
     Translator, the CTranslate2 export and the HF export give the same text (differences are counted)."""
@@ -485,6 +488,7 @@ def test_import_of_opus_mt_with_two_sentencepiece_models(corpus, tmp_path):
         assert (mine[b, :n][:, keep] - theirs[b, :n][:, cols]).abs().max() < 1e-4
 
 
+@pytest.mark.slow
 def test_import_measures_the_backends_on_held_out_text(fitted, corpus, tmp_path, capsys):
     """`transduce import --check-backends SRC REF` writes the record `transduce.load`'s auto choice reads;
     without it the command says how to measure, and no record is written."""

@@ -94,6 +94,7 @@ def write_package(folder: Path, out: Path, extra: dict[str, bytes] | None = None
 
 
 # ----------------------------------------------------------------------------- transduce -> argostranslate
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("argostranslate") is None, reason="needs argostranslate (dev extra)")
 def test_exported_package_installs_and_translates_in_argostranslate(fitted, sentences, tmp_path):
     model, vocabs, _, model_dir = fitted
@@ -204,6 +205,7 @@ def _opennmt_shaped(fitted_model: Transformer) -> Transformer:
     return model
 
 
+@pytest.mark.slow
 def test_opennmt_shaped_package_imports_and_translates_as_ctranslate2(fitted, sentences, tmp_path, capsys):
     model, vocabs, _, _ = fitted
     package = _opennmt_like_package(_opennmt_shaped(model), vocabs, tmp_path)
@@ -441,6 +443,7 @@ def left_behind(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
+@pytest.mark.slow
 def test_a_pair_by_name_imports_and_translates_as_its_package_file(
     offline, fitted, package, sentences, tmp_path, capsys
 ):

@@ -79,6 +79,7 @@ def release(tmp_path_factory):
     return write_release(tmp_path_factory.mktemp("opus"))
 
 
+@pytest.mark.slow
 def test_native_and_marianmt_imports_are_the_same_model(release, tmp_path):
     hf_dir, native, order = release
     npz = np.load(next(native.glob("*.npz")), allow_pickle=False)
@@ -103,6 +104,7 @@ def test_native_and_marianmt_imports_are_the_same_model(release, tmp_path):
     assert outs[0] == outs[1]
 
 
+@pytest.mark.slow
 def test_target_language_token_leads_the_source(release, tmp_path, capsys):
     _, native, _ = release
     assert main(["import", str(native), "--out", str(tmp_path / "m")]) == 0
@@ -299,6 +301,7 @@ def test_output_bias_and_swish_import_from_both_formats_as_marianmt_computes_the
         assert error < 1e-4 if name == "ours" else error > 0.05, (name, error)
 
 
+@pytest.mark.slow
 def test_output_bias_and_swish_translate_alike_on_every_backend_and_survive_exports(biased_release, tmp_path):
     """The imported model in a model directory: the C++ steps translate it as the Python steps do; exported to
     MarianMT and CTranslate2 it keeps its bias and activation, and CTranslate2 translates and scores as it."""

@@ -38,6 +38,7 @@ def test_round_trip_keeps_every_tensor_and_the_tying(tmp_path, vocabs):
     assert "generator.weight" not in stored and "src_embed.token.weight" in stored  # stored once
 
 
+@pytest.mark.slow
 def test_weights_file_is_byte_identical_across_processes(tmp_path, vocabs):
     """Tied names are resolved in module order, not hash order (PYTHONHASHSEED must not matter)."""
     model = tiny(vocabs)

@@ -27,6 +27,7 @@ from transduce.cli import main  # noqa: E402
 from transduce.data.vocab import Vocab  # noqa: E402
 from transduce.modeldir import load_model_dir  # noqa: E402
 
+pytestmark = pytest.mark.slow  # an import, a fine-tuning and a server process before the first request
 QUERIES = ["In the beginning God created the heavens and the earth.", "And God said, Let there be light."]
 
 

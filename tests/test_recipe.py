@@ -14,11 +14,13 @@ from transduce.config import ConfigError
 from transduce.recipe import load_recipe, run_recipe
 
 
+@pytest.mark.slow
 def test_recipe_runs_end_to_end_and_chooses_on_valid(finished_recipe):
     path, results = finished_recipe
     check_finished(path.parent / "out", results, processes=1)
 
 
+@pytest.mark.slow
 def test_recipe_runs_end_to_end_under_torchrun_with_two_processes(multi30k_raw, tmp_path):
     out = tmp_path / "out"
     results = run_recipe(load_recipe(write_recipe(tmp_path / "r.toml", multi30k_raw, out, 2)))
@@ -48,6 +50,7 @@ def check_finished(out: Path, results: dict, processes: int) -> None:
         assert saved["backends"].startswith("bleu fp32") and f"{record['delta']:+.2f}" in saved["backends"]
 
 
+@pytest.mark.slow
 def test_a_lowercased_recipe_chooses_alpha_and_model_on_tok_lc_bleu(multi30k_raw, tmp_path, monkeypatch):
     # Cased sacreBLEU of lowercase output is meaningless. Scores are rigged so that the two metrics
     # disagree: tok-lc BLEU prefers alpha 2.0 and the averaged model, sacreBLEU alpha 0.0 and the final one.
@@ -123,6 +126,7 @@ def test_evaluate_only_needs_a_finished_run(multi30k_raw, tmp_path):
         run_recipe(load_recipe(path), evaluate_only=True)
 
 
+@pytest.mark.slow
 def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(finished_recipe, multi30k_raw, tmp_path):
     finished, first = finished_recipe
     out = tmp_path / "out"

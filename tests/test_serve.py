@@ -45,6 +45,7 @@ class Slow:
         return self.inner.translate(*args, **kwargs)
 
 
+@pytest.mark.slow
 def test_concurrent_clients_get_offline_translations(translator, sentences):
     """6 clients × 5 requests of 1–3 sentences, beams 1 and 4 mixed: no errors, output = offline."""
     app = create_app(translator, Settings(wait_ms=20))
@@ -74,6 +75,7 @@ def test_concurrent_clients_get_offline_translations(translator, sentences):
     assert health["batches"] < 30 and health["max_requests_in_batch"] > 1  # requests were batched together
 
 
+@pytest.mark.slow
 def test_scores_nbest_and_empty_lines(translator, sentences):
     with TestClient(create_app(translator)) as c:
         r = c.post("/v1/translate", json={"text": sentences[:3] + [""], "beam": 4, "nbest": 2, "return_scores": True})
@@ -130,6 +132,7 @@ def test_limits_answer_with_status_and_field(translator):
         assert r.status_code == 413 and "'text.1'" in r.json()["detail"] and "max_positions" in r.json()["detail"]
 
 
+@pytest.mark.slow
 def test_each_sentence_is_tokenised_once(tiny_model_dir, monkeypatch):
     """The source ids the server counts (max_positions, the batch's token budget) are the ones it translates
     from: each sentence of a request goes through the tokenizer once, in every API and format."""
@@ -160,6 +163,7 @@ def test_each_sentence_is_tokenised_once(tiny_model_dir, monkeypatch):
     assert translator.translate(two) == load(tiny_model_dir).translate(two)  # the counting changed nothing
 
 
+@pytest.mark.slow
 def test_timeout_is_504_and_the_server_keeps_working(translator, sentences):
     with TestClient(create_app(Slow(translator, 0.6), Settings(timeout=0.2))) as c:
         r = c.post("/v1/translate", json={"text": sentences[:1]})
@@ -168,6 +172,7 @@ def test_timeout_is_504_and_the_server_keeps_working(translator, sentences):
         assert c.post("/v1/translate", json={"text": sentences[:1]}).status_code == 200
 
 
+@pytest.mark.slow
 def test_graceful_shutdown_finishes_in_flight_requests(translator, sentences):
     app = create_app(Slow(translator, 1.0))
     live = Live(app)

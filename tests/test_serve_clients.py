@@ -24,6 +24,7 @@ from transduce.api import load  # noqa: E402
 from transduce.text.document import reassemble, sentences, split_text  # noqa: E402
 from transduce.text.markup import translate_html_batch  # noqa: E402
 
+pytestmark = pytest.mark.slow  # every test talks to one server process that starts in seconds
 EN = ["A man rides a red bike.", "Two men are playing soccer."]
 DE = "Ein Mann fährt mit einem roten Fahrrad durch die Stadt."
 

@@ -20,6 +20,7 @@ def upload(c, name, data, **fields):
     return c.post("/translate_file", files={"file": (name, data)}, data={"source": "en", "target": "fr", **fields})
 
 
+@pytest.mark.slow
 def test_every_format_comes_back_translated_with_its_structure(translator, tmp_path):
     assert FORMATS == (".txt", ".html", ".htm", ".srt", ".docx", ".pptx", ".odt", ".odp")
     with TestClient(create_app(translator, files=FileStore(tmp_path / "files"))) as c:

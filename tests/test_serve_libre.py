@@ -135,6 +135,7 @@ def test_cors_on_answers_and_preflight(models):
         assert "access-control-allow-origin" not in c.get("/languages", headers={"Origin": "https://a.org"}).headers
 
 
+@pytest.mark.slow
 def test_detect_and_auto_source_choose_among_served_languages(models, offline):
     fr, en, de = (
         "Un homme lit un livre dans le jardin.",
@@ -187,6 +188,7 @@ def test_whole_texts_keep_their_layout_and_share_one_batch(models, offline):
         )
 
 
+@pytest.mark.slow
 def test_languages_use_standard_codes_and_pivot_through_english(models, offline, tmp_path):
     with TestClient(app_for(models, [("en", "fr"), ("de", "en")])) as c:
         assert c.get("/languages").json() == [
@@ -216,6 +218,7 @@ def test_html_neither_parser_reads_is_a_400_naming_the_problem(models, monkeypat
         assert r.json() == {"error": "Invalid request: q.1 is not well-formed HTML: line 1:1: <p> is never closed"}
 
 
+@pytest.mark.slow
 def test_the_pages_api_pivots_through_english_and_identifies_the_source(models, offline):
     """POST /v1/attention (the page's API) routes as /translate does: a pivot through English where no model
     serves the pair, ``source: "auto"`` among the sources that reach the target; the answer names the route."""

@@ -116,6 +116,7 @@ def test_two_languages_no_route_joins_are_named_as_libretranslate_names_them(tin
         assert r.json() == {"error": "English (en) is not available as a target language from French (fr)"}
 
 
+@pytest.mark.slow
 def test_serve_alpha_and_a_requests_beam_reach_the_search(tiny_translator):
     """``--alpha`` is the length penalty of the LibreTranslate API (text and HTML) and of the page's
     /v1/attention; a request's ``beam`` field (default ``--beam``) is checked within ``--max-beam``."""

@@ -127,6 +127,7 @@ def test_pool_unloads_least_recently_used_idle_models(specs, tmp_path):
     assert (roomy.loads, roomy.evictions, len(roomy.loaded)) == (2, 0, 2)
 
 
+@pytest.mark.slow
 def test_libretranslate_api(specs, offline):
     with TestClient(create_app(specs=specs, load=loader)) as c:
         assert c.get("/languages").json() == [
@@ -237,6 +238,7 @@ def test_api_keys_and_request_limits(specs, tmp_path):
     assert limiter.allow("a", 60) == 0.0 and limiter.allow("b", 60) == 0.0
 
 
+@pytest.mark.slow
 def test_metrics_count_requests_batches_and_models(specs):
     app = create_app(
         settings=Settings(workers=1), specs=specs, load=loader, budget_bytes=0
@@ -258,6 +260,7 @@ def test_metrics_count_requests_batches_and_models(specs):
     assert float(lines["transduce_queue_depth"]) == 0
 
 
+@pytest.mark.slow
 def test_load_two_pairs_zero_errors_offline_outputs(specs, offline):
     """8 clients x 6 LibreTranslate requests on 127.0.0.1, pairs mixed: every answer 200 and equal offline."""
     app = create_app(settings=Settings(wait_ms=10), specs=specs, load=loader)

@@ -54,6 +54,7 @@ def toml(path, entries: list[str]):
     return path
 
 
+@pytest.mark.slow
 def test_every_target_is_served_as_offline(models, tmp_path, capsys):
     specs = read_models(toml(tmp_path / "models.toml", [f'path = "{models["en-mul"]}"', f'path = "{models["en-fr"]}"']))
     assert [(s.name, s.target, s.languages) for s in specs] == [("en-mul", "mul", ("deu", "fra")), ("en-fr", "fr", ())]

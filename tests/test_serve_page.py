@@ -23,6 +23,7 @@ from transduce.serve.server import create_app  # noqa: E402
 SENTENCES = ["A dog runs in the park.", "Two men are playing soccer."]
 
 
+@pytest.mark.slow
 def test_page_translates_and_shows_attention_on_hover(browser, tiny_model_dir, tmp_path):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By

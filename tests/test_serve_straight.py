@@ -36,6 +36,7 @@ def test_html_sentences_go_through_the_batcher_like_text(translator):
         assert r.status_code == 413 and r.json()["error"].endswith("49 characters exceed the limit of 40")
 
 
+@pytest.mark.slow
 def test_the_attention_job_loads_no_plotting_library(tiny_model_dir):
     script = f"""
 import sys

@@ -38,6 +38,7 @@ def study(data: Path, out: Path, *extra: str) -> int:
     return cli(["study", "table3", "--data", str(data), "--out", str(out), *ARGS, *extra])
 
 
+@pytest.mark.slow
 def test_sweep_tabulates_plots_skips_and_resumes(data, tmp_path, capsys):
     out = tmp_path / "sweep"
     assert study(data, out) == 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -95,7 +96,8 @@ def run_two_ranks(data_dir):
     return spawn_two_ranks(worker, data_dir, len(RUNS) * (2 * UPDATES + 1))
 
 
-def test_two_ranks_agree_and_match_one_process_with_both_batches(data_dir):  # noqa: F811
+@pytest.mark.slow
+def test_two_ranks_agree_and_match_one_process_with_both_batches(data_dir):
     results = run_two_ranks(data_dir)
     for run in RUNS:  # after every update, both ranks hold identical weights
         flags = [x[3] for x in results if x[0] == run and x[1] != "weights"]

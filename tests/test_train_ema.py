@@ -36,7 +36,7 @@ def test_the_average_starts_with_a_copy_and_then_moves_by_one_minus_decay():
     assert ema.updates == 3 and not ema.model.weight.requires_grad
 
 
-def test_config_names_an_impossible_decay_or_a_start_without_one(data_dir, tmp_path):  # noqa: F811
+def test_config_names_an_impossible_decay_or_a_start_without_one(data_dir, tmp_path):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
     for bad in ("ema_decay=1.0", "ema_decay=-0.1"):
         with pytest.raises(ConfigError, match="ema_decay"):
@@ -47,7 +47,8 @@ def test_config_names_an_impossible_decay_or_a_start_without_one(data_dir, tmp_p
         load_config(config, ["ema_decay=0.9", "ema_start=0"])
 
 
-def test_an_ema_run_checkpoints_the_average_resumes_it_bit_identically_and_saves_ema_model(data_dir, tmp_path):  # noqa: F811
+@pytest.mark.slow
+def test_an_ema_run_checkpoints_the_average_resumes_it_bit_identically_and_saves_ema_model(data_dir, tmp_path):
     settings = dict(ema_decay=0.5, ema_start=3)
     ref = train_in_process(write_config(tmp_path / "ref.toml", data_dir, tmp_path / "ref", **settings))
     assert ref.ema.updates == 6  # updates 3..8
@@ -73,6 +74,7 @@ def test_an_ema_run_checkpoints_the_average_resumes_it_bit_identically_and_saves
         train_in_process(plain, resume=True, overrides=["max_steps=4", "ema_decay=0.5"])
 
 
+@pytest.mark.slow
 def test_a_recipe_with_ema_scores_the_average_as_a_third_candidate(multi30k_raw, tmp_path):
     out = tmp_path / "out"
     recipe = load_recipe(write_recipe(tmp_path / "r.toml", multi30k_raw, out, 1), ["train.ema_decay=0.8"])

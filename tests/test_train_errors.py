@@ -58,7 +58,7 @@ def test_missing_data_directory_is_named(tmp_path, capsys):
     assert "key 'data'" in err and str(tmp_path / "nowhere") in err
 
 
-def test_vocabulary_that_does_not_match_the_config_is_named(data_dir, tmp_path, capsys):  # noqa: F811
+def test_vocabulary_that_does_not_match_the_config_is_named(data_dir, tmp_path, capsys):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
     err = error_of(capsys, config, "--set", "model.vocab_size=8000")
     assert "'vocab_size' = 8000" in err and "500" in err and "[model]" in err
@@ -66,7 +66,7 @@ def test_vocabulary_that_does_not_match_the_config_is_named(data_dir, tmp_path, 
     assert "tgt_vocab_size" in err
 
 
-def test_unwritable_output_directory_is_named(data_dir, tmp_path, capsys):  # noqa: F811
+def test_unwritable_output_directory_is_named(data_dir, tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
     config = write_config(tmp_path / "c.toml", data_dir, blocker / "run")
@@ -74,13 +74,13 @@ def test_unwritable_output_directory_is_named(data_dir, tmp_path, capsys):  # no
     assert "key 'out'" in err and str(blocker / "run") in err
 
 
-def test_missing_model_key_and_bad_preset_are_named(data_dir, tmp_path, capsys):  # noqa: F811
+def test_missing_model_key_and_bad_preset_are_named(data_dir, tmp_path, capsys):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
     err = error_of(capsys, config, "--set", "model.d_modle=64")
     assert "'d_modle'" in err and "did you mean 'd_model'" in err
 
 
-def test_fp16_without_cuda_is_refused(data_dir, tmp_path, capsys):  # noqa: F811
+def test_fp16_without_cuda_is_refused(data_dir, tmp_path, capsys):
     import torch
 
     if torch.cuda.is_available():
@@ -90,7 +90,7 @@ def test_fp16_without_cuda_is_refused(data_dir, tmp_path, capsys):  # noqa: F811
     assert "key 'dtype'" in err and "CUDA" in err
 
 
-def test_preflight_returns_vocab_sizes_from_the_data(data_dir, tmp_path):  # noqa: F811
+def test_preflight_returns_vocab_sizes_from_the_data(data_dir, tmp_path):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
     cfg, model_cfg, data = preflight(Path(config), [], resume=False)
     assert model_cfg.vocab_size == len(data.vocabs.src) == 500 and model_cfg.d_model == 64

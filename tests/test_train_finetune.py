@@ -83,6 +83,7 @@ def base(tmp_path_factory):
     return tmp, tmp / "base" / "model"
 
 
+@pytest.mark.slow
 def test_fine_tuning_starts_from_the_model_and_keeps_frozen_parts(base, capsys):
     tmp, model_dir = base
     data = prepare(tmp, "domain-data", 7, "--vocab-from", str(model_dir))
@@ -150,6 +151,7 @@ def test_a_model_without_source_eos_is_refused_for_training(base, capsys):
     assert "'source_eos'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_imported_model_fine_tunes(base, tmp_path):
     _, model_dir = base
     model, vocabs, meta = load_model_dir(model_dir)

@@ -143,6 +143,7 @@ def finish(nodes: list[subprocess.Popen], logs: Path, job: str, timeout: float =
     return outs[0] + outs[1]
 
 
+@pytest.mark.slow
 def test_two_nodes_killed_and_resumed_end_like_an_uninterrupted_run(small_data, tmp_path):
     common = dict(max_steps=STEPS, save_every_steps=2, dtype="fp32", max_tokens=400)
     ref_cfg = write_config(tmp_path / "ref.toml", small_data, tmp_path / "ref", **common)

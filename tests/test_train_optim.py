@@ -37,6 +37,7 @@ def test_muon_takes_the_layers_matrices_and_adamw_the_rest():
     assert "src_embed.token.weight" not in muon  # the shared embedding is the output projection too
 
 
+@pytest.mark.slow
 def test_one_step_is_torch_muon_on_matrices_and_adamw_elsewhere():
     model, reference = tiny_model(), tiny_model()
     cfg = TrainConfig(data="d", out="o", optimizer="muon", weight_decay=0.01)

@@ -14,6 +14,7 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 from conftest import write_config
@@ -64,7 +65,8 @@ def worker(rank: int, ports: list[int], config: Path, root: Path, out) -> None:
         raise
 
 
-def test_two_ranks_with_dropout_resume_bit_identically(data_dir, tmp_path):  # noqa: F811
+@pytest.mark.slow
+def test_two_ranks_with_dropout_resume_bit_identically(data_dir, tmp_path):
     # log_every 2: updates 1 and 5 are counted late (trainer._may_defer), with both ranks
     config = write_config(
         tmp_path / "c.toml", data_dir, tmp_path / "ref", dtype="fp32", save_every_steps=STOP, log_every=2

@@ -29,6 +29,7 @@ def metrics(run: Path, kind: str) -> list[dict]:
     return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == kind]
 
 
+@pytest.mark.slow
 def test_loss_falls_within_seconds(data_dir, tmp_path):
     config = write_config(
         tmp_path / "c.toml",
@@ -52,6 +53,7 @@ def test_loss_falls_within_seconds(data_dir, tmp_path):
     assert seconds < 60
 
 
+@pytest.mark.slow
 def test_validation_scores_bleu_through_the_translator(data_dir, tmp_path):
     config = write_config(
         tmp_path / "c.toml",
@@ -69,6 +71,7 @@ def test_validation_scores_bleu_through_the_translator(data_dir, tmp_path):
     assert "best by valid_bleu" in meta["weights"]
 
 
+@pytest.mark.slow
 def test_the_last_weights_are_validated_even_between_validations(data_dir, tmp_path):
     # A time-limited run ends wherever the clock says; its last updates must still compete for "best"
     # (a 60-minute Multi30k run validating every 4,000 updates otherwise returned step-12,000 weights
@@ -80,6 +83,7 @@ def test_the_last_weights_are_validated_even_between_validations(data_dir, tmp_p
     assert [r["step"] for r in metrics(tmp_path / "run", "valid")] == [4, 8, 10]
 
 
+@pytest.mark.slow
 def test_linear_schedule_decays_to_zero_at_the_end_of_the_step_budget(data_dir, tmp_path):
     config = write_config(
         tmp_path / "c.toml",
@@ -96,6 +100,7 @@ def test_linear_schedule_decays_to_zero_at_the_end_of_the_step_budget(data_dir, 
     assert lrs[-1] == pytest.approx(3e-3 * 0.1) and all(a > b for a, b in zip(lrs[1:], lrs[2:]))
 
 
+@pytest.mark.slow
 def test_sigkill_and_resume_is_bit_identical(data_dir, tmp_path):
     reference = write_config(tmp_path / "ref.toml", data_dir, tmp_path / "ref")
     train_in_process(reference)
@@ -128,6 +133,7 @@ def test_sigkill_and_resume_is_bit_identical(data_dir, tmp_path):
     assert ref.keys() == got.keys() and all(torch.equal(ref[k], got[k]) for k in ref)
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=10_000, save_every_steps=3)
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
@@ -154,6 +160,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
     assert (tmp_path / "run" / "model" / "model.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_existing_run_needs_resume_and_resume_continues(data_dir, tmp_path):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=2)
     train_in_process(config)
@@ -164,6 +171,7 @@ def test_existing_run_needs_resume_and_resume_continues(data_dir, tmp_path):
     assert [p.name for p in list_checkpoints(tmp_path / "run/checkpoints")] == ["step_00000002", "step_00000004"]
 
 
+@pytest.mark.slow
 def test_average_is_the_tensor_mean_and_keep_last_prunes(data_dir, tmp_path):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=8, save_every_steps=1, keep_last=3)
     train_in_process(config)
@@ -181,6 +189,7 @@ def test_average_is_the_tensor_mean_and_keep_last_prunes(data_dir, tmp_path):
         average(tmp_path / "run", 4, tmp_path / "avg2")
 
 
+@pytest.mark.slow
 def test_nonfinite_losses_skip_updates_then_stop_with_a_message(data_dir, tmp_path, monkeypatch):
     from transduce.train import loss as loss_module
 
@@ -201,6 +210,7 @@ def test_nonfinite_losses_skip_updates_then_stop_with_a_message(data_dir, tmp_pa
     assert [r["in_a_row"] for r in metrics(tmp_path / "run", "nonfinite")] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_changed_model_config(data_dir, tmp_path, capsys):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run", max_steps=2)
     train_in_process(config)
@@ -209,6 +219,7 @@ def test_resume_refuses_a_changed_model_config(data_dir, tmp_path, capsys):
     assert "d_ff = 128 (checkpoint: 256)" in err and "step_00000002" in err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for int8-native")
 def test_a_trained_or_averaged_model_decodes_on_the_fast_path_by_default(data_dir, tmp_path, capsys):
     """train and average measure the backends on this machine and record them (backends.json), so that

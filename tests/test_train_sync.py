@@ -114,7 +114,7 @@ class Reads:
         return paused
 
 
-def test_only_log_lines_wait_for_the_device(data_dir, tmp_path, monkeypatch):  # noqa: F811
+def test_only_log_lines_wait_for_the_device(data_dir, tmp_path, monkeypatch):
     n, every = 12, 4
     config = write_config(
         tmp_path / "c.toml",
@@ -163,8 +163,9 @@ def nan_on(attempts: set[int], monkeypatch) -> None:
     monkeypatch.setattr(loss_module, "ProjectedSmoothedCrossEntropy", SomeNaN)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nonfinite", [set(), {3, 4, 9}], ids=["finite", "some non-finite"])
-def test_reading_updates_late_changes_nothing(data_dir, tmp_path, monkeypatch, nonfinite):  # noqa: F811
+def test_reading_updates_late_changes_nothing(data_dir, tmp_path, monkeypatch, nonfinite):
     runs = {}
     for every in (1, 4):
         with monkeypatch.context() as patch:
@@ -206,7 +207,7 @@ def test_reading_updates_late_changes_nothing(data_dir, tmp_path, monkeypatch, n
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.set_sync_debug_mode)")
-def test_updates_on_a_gpu_do_not_synchronise(data_dir):  # noqa: F811
+def test_updates_on_a_gpu_do_not_synchronise(data_dir):
     """On a GPU, CUDA's own check: a synchronising call inside the update raises (after one update to warm up)."""
     from transduce.data import PreparedData
     from transduce.data.batching import TokenBatches

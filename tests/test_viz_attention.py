@@ -72,6 +72,7 @@ def model_dir(tiny_model_dir) -> Path:
     return tiny_model_dir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("select", [["--layer", "1", "--head", "2"], ["--layer", "2"]])
 def test_cli_png(model_dir, tmp_path, select):
     out = tmp_path / "att.png"

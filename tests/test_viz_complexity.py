@@ -89,6 +89,7 @@ def test_path_length_rejects_degenerate_windows():
         max_path_length("convolution", 10, k=4)
 
 
+@pytest.mark.slow
 def test_cli_writes_table_and_plot(tmp_path, capsys):
     out = tmp_path / "cx"
     assert (

@@ -109,6 +109,7 @@ def test_random_dot_products_grow_as_d_k():
     assert stats["jacobian_unscaled"][-1] < 0.5 * stats["jacobian_scaled"][-1]
 
 
+@pytest.mark.slow
 def test_scaling_plot_on_a_trained_model(tmp_path, tiny_model_dir, capsys):
     plot(tmp_path, "scaling", "--d-k", "4,16,64", "--samples", "200", "--model", str(tiny_model_dir))
     assert "encoder layer 2: var(q·k)" in capsys.readouterr().out
