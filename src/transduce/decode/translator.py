@@ -299,6 +299,14 @@ class Translator:
     ) -> tuple[float, int]:
         """Teacher-forced negative log-likelihood of ``references`` (sum, in nats) and its token
         count (target tokens + eos), for perplexity. Empty source lines are skipped."""
+        per_sentence = self.sentence_nll(sources, references, batch_tokens, model)
+        return sum(nll for nll, _ in per_sentence), sum(n for _, n in per_sentence)
+
+    def sentence_nll(
+        self, sources: list[str], references: list[str], batch_tokens: int = 4096, model=None
+    ) -> list[tuple[float, int]]:
+        """Per sentence, in input order: the reference's teacher-forced negative log-likelihood (nats) and its
+        token count (target tokens + eos); ``(0.0, 0)`` for an empty source line, which is skipped."""
         model = model if model is not None else self.model
         if not hasattr(model, "decode"):
             raise ValueError("reference perplexity needs a single model, not an ensemble")
@@ -308,15 +316,16 @@ class Translator:
             [cfg.bos_id] + ids[: cfg.max_positions - 1] + [cfg.eos_id]
             for ids in self.vocabs.tgt.encode_batch(references)
         ]
-        total, count = 0.0, 0
+        out = [(0.0, 0)] * len(sources)
         for index in self.batches(src, batch_tokens, None):
             s = self.tensor([src[i] for i in index])
             width = max(len(tgt[i]) for i in index)
             t = torch.tensor([tgt[i] + [cfg.pad_id] * (width - len(tgt[i])) for i in index], device=self.device)
             logits = model(s, t[:, :-1]).float()  # (B, T, V)
             nll = torch.nn.functional.cross_entropy(
-                logits.transpose(1, 2), t[:, 1:], ignore_index=cfg.pad_id, reduction="sum"
-            )
-            total += nll.item()
-            count += int((t[:, 1:] != cfg.pad_id).sum())
-        return total, count
+                logits.transpose(1, 2), t[:, 1:], ignore_index=cfg.pad_id, reduction="none"
+            )  # (B, T)
+            sums, counts = nll.sum(1).tolist(), (t[:, 1:] != cfg.pad_id).sum(1).tolist()
+            for k, i in enumerate(index):
+                out[i] = (sums[k], int(counts[k]))
+        return out
