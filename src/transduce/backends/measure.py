@@ -172,7 +172,8 @@ def summary(record: dict[str, Any]) -> str:
         verdict = "not faster here: auto stays on fp32"
     else:
         verdict = "auto uses it"
-    timing = f"; {exact:,.0f} against {fast:,.0f} words/s on {machine()}, 1 thread" if fast and exact else ""
+    rate = lambda v: f"{v:,.0f}" if v >= 10 else f"{v:.2g}"  # noqa: E731 - an untrained model's few words/s
+    timing = f"; {rate(exact)} against {rate(fast)} words/s on {machine()}, 1 thread" if fast and exact else ""
     return (
         f"{m} fp32 {s['fp32'][m]:.2f}, {record['candidate']} {s[record['candidate']][m]:.2f} "
         f"({record['delta']:+.2f}{timing}; {verdict}) on {record['sentences']} sentences of {record['data']}"
