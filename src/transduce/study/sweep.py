@@ -41,7 +41,7 @@ from .table3 import Row, rows, select
 SCALES: dict[str, dict[str, Any]] = {
     "cpu": dict(
         d_model=128,
-        steps=1500,
+        steps=3000,
         max_tokens=1024,
         optimizer="muon",
         schedule="linear",
@@ -126,7 +126,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--scale",
         choices=["auto", "cpu", "gpu"],
         default="auto",
-        help="row sizes and budget: cpu (base d_model 128, 1,500 updates of 1,024 tokens), gpu (d_model 512, "
+        help="row sizes and budget: cpu (base d_model 128, 3,000 updates of 1,024 tokens), gpu (d_model 512, "
         "4,000 updates of 8,192 tokens); auto: gpu when CUDA is available",
     )
     p.add_argument("--d-model", type=int, help="the base row's d_model (the paper: 512); others scale with it")
