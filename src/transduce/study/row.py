@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from ..decode.search_options import SearchOptions
+
 
 def run_row(spec: dict[str, Any]) -> dict[str, Any]:
     """Train and score the row that ``spec`` (written by :mod:`transduce.study.sweep`) describes."""
@@ -69,8 +71,8 @@ def score(model_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
     refs = [ids.tgt_text(i) for i in range(len(ids))]
     device = "cuda" if spec["device"] == "cuda" else "cpu"
     translator = load(model_dir, device=device, backend="fp32")
-    decode = {k: spec[k] for k in ("beam", "alpha", "max_len_a", "max_len_b")}
-    result = evaluate_model(translator, sources, refs, lang=data.manifest["tgt_lang"], **decode)
+    search = SearchOptions(**{k: spec[k] for k in ("beam", "alpha", "max_len_a", "max_len_b")})
+    result = evaluate_model(translator, sources, refs, lang=data.manifest["tgt_lang"], search=search)
     per_sentence = translator.sentence_nll(sources, refs)
     (model_dir.parent / "hypotheses.txt").write_text("".join(h + "\n" for h in result["hypotheses"]))
     return {

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError, parse_override, to_toml_text
+from ..decode.search_options import PAPER, SearchOptions, add_search_arguments
 from . import report
 from .table3 import Row, rows, select
 
@@ -83,10 +84,10 @@ class Settings:
     device: str
     threads: int
     dtype: str
-    beam: int = 4
-    alpha: float = 0.6
-    max_len_a: float = 1.0
-    max_len_b: int = 50
+    beam: int = PAPER.beam
+    alpha: float = PAPER.alpha
+    max_len_a: float = PAPER.max_len_a
+    max_len_b: int = PAPER.max_len_b
     valid_split: str = "valid"
     train_set: dict[str, Any] = field(default_factory=dict)  # --set: more [train] keys, the same for every row
 
@@ -114,7 +115,10 @@ class Settings:
 
     def key(self, row: Row) -> str:
         """A digest of what the row's result depends on; a result with another key is not this row's."""
-        text = json.dumps({**{k: getattr(self, k) for k in self.FIXED}, "model": row.model}, sort_keys=True)
+        fixed = {k: getattr(self, k) for k in self.FIXED}
+        if self.max_len_a != PAPER.max_len_a:  # keyed only when set, so the keys of earlier sweeps stay
+            fixed["max_len_a"] = self.max_len_a
+        text = json.dumps({**fixed, "model": row.model}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -166,9 +170,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="training dtype (auto: bf16 where the device has it natively)",
     )
     p.add_argument("--valid-split", default="valid", help="the split scored as dev")
-    p.add_argument("--beam", type=int, default=4, help="beam size for dev BLEU (the paper: 4)")
-    p.add_argument("--alpha", type=float, default=0.6, help="length penalty for dev BLEU (the paper: 0.6)")
-    p.add_argument("--max-len-b", type=int, default=50, help="longest output: input length + this (the paper: 50)")
+    add_search_arguments(p.add_argument_group("search for dev BLEU (defaults: the paper, §6.1)"), modes=())
     p.add_argument(
         "--set",
         dest="train_set",
@@ -190,12 +192,12 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Settings, int]:
     base = SCALES[scale]
     pick = lambda name: getattr(args, name) if getattr(args, name) is not None else base[name]  # noqa: E731
     steps = pick("steps")
+    search = SearchOptions.from_args(args)
     checked = (
         ("--steps", steps),
         ("--max-tokens", pick("max_tokens")),
         ("--seeds", min(args.seeds)),
         ("--base-seeds", min(args.base_seeds)),
-        ("--beam", args.beam),
     )
     for name, value in checked:
         if value < 1:
@@ -224,9 +226,10 @@ def settings_from_args(args: argparse.Namespace) -> tuple[Settings, int]:
         threads=pick("threads"),
         dtype=args.dtype,
         valid_split=args.valid_split,
-        beam=args.beam,
-        alpha=args.alpha,
-        max_len_b=args.max_len_b,
+        beam=search.beam,
+        alpha=search.alpha,
+        max_len_a=search.max_len_a,
+        max_len_b=search.max_len_b,
         train_set=dict(parse_override(text) for text in args.train_set),
     )
     own = train_table(replace(settings, train_set={}), rows(settings.d_model)[0], 1, Path())["train"]
