@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from transduce.api import load
+from transduce.decode.search_options import SearchOptions
 from transduce.text.markup import translate_html
 
 SET = Path(__file__).with_name("data") / "html_tags_en_de.tsv"
@@ -40,7 +41,7 @@ def main() -> int:
     rows = [line.rstrip("\n").split("\t") for line in SET.read_text().splitlines() if not line.startswith("#")]
     counts = {"exact": 0, "wider": 0, "missed": 0, "not translated": 0}
     for src, expected in rows:
-        out = translate_html(translator, src, alignment_layer=args.layer, beam=args.beam)
+        out = translate_html(translator, src, search=SearchOptions(beam=args.beam), alignment_layer=args.layer)
         inner = words(TAGGED.search(out).group(2)) if TAGGED.search(out) else []
         full = words(out)
         options = [alt.split() for alt in expected.split("|")]

@@ -25,6 +25,8 @@ from pathlib import Path
 
 from common import free_port
 
+from transduce.decode.search_options import SearchOptions
+
 
 def start_server(served: list[str], port: int, extra: list[str], threads: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "transduce", "serve", *served, "--port", str(port), "--threads", str(threads), *extra]
@@ -149,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     reference = []
     for pair, path in paths.items():  # offline translations, in the order the answers are collected
         mine = [text for client in jobs for s, t, text in client if (s, t) == pair]
-        reference.append((pair, dict(zip(mine, load(path).translate(mine, beam=args.beam), strict=True))))
+        reference.append(
+            (pair, dict(zip(mine, load(path).translate(mine, search=SearchOptions(beam=args.beam)), strict=True)))
+        )
     offline = dict(reference)
     expected = [offline[s, t][text] for client in jobs for s, t, text in client]
     print(

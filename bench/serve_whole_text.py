@@ -53,7 +53,7 @@ def paragraph(args) -> None:
         f"(min {min(times) * 1000:.0f}, {args.runs} runs), {len(out)} characters back"
     )
     start = time.perf_counter()
-    whole = translator.translate([text], beam=4)[0]
+    whole = translator.translate([text])[0]
     print(f"as one model input: {(time.perf_counter() - start) * 1000:.0f} ms, {len(whole)} characters back")
 
 

@@ -79,7 +79,7 @@ def sample(suffix: str) -> bytes:
 
 def document(translator, text: str) -> str:
     pieces = split_text(text, "en")
-    return reassemble(pieces, translator.translate(sentences(pieces), beam=4))
+    return reassemble(pieces, translator.translate(sentences(pieces)))
 
 
 def check_text(suffix: str, got: bytes, translator) -> None:
@@ -88,15 +88,15 @@ def check_text(suffix: str, got: bytes, translator) -> None:
     if suffix == ".txt":
         assert text == document(translator, TXT)
     elif suffix == ".srt":
-        first, second = translator.translate(["A man rides a red bike.", "A dog runs."], beam=4)
+        first, second = translator.translate(["A man rides a red bike.", "A dog runs."])
         assert text == f"1\n00:00:01,000 --> 00:00:02,500\n{first}\n\n2\n00:00:03,000 --> 00:00:04,000\n{second}\n"
     else:
-        assert text == translate_html_batch(translator, [HTML], "en", beam=4)[0]
+        assert text == translate_html_batch(translator, [HTML], "en")[0]
         assert "<html><head><title>" in text and text.endswith("</body></html>\n")
 
 
 def _plain(translator, snippets: list[str]) -> list[str]:
-    return [re.sub(r"<[^>]*>", "", t) for t in translate_html_batch(translator, snippets, "en", beam=4)]
+    return [re.sub(r"<[^>]*>", "", t) for t in translate_html_batch(translator, snippets, "en")]
 
 
 def check_office(suffix: str, got: bytes, translator) -> None:

@@ -104,7 +104,7 @@ def test_translator_native_flag_same_output(tiny_model_dir):
     lines = read_corpus("test", "en", 24)
     plain, fast = load(tiny_model_dir), load(tiny_model_dir, native=True)
     assert isinstance(fast.model, native.NativeStep)
-    run = lambda t: [(x.tokens, x.score) for x in t.translate(lines, beam=4, batch_size=5, return_scores=True)]
+    run = lambda t: [(x.tokens, x.score) for x in t.translate(lines, batch_size=5, return_scores=True)]
     assert run(fast) == run(plain)
 
 
@@ -215,9 +215,9 @@ def test_translator_int8_native(tiny_model_dir):
     lines = read_corpus("test", "en", 24)
     fast = load(tiny_model_dir, dtype="int8", native=True)
     assert isinstance(fast.model, native.NativeStep) and fast.model.int8
-    fp32 = load(tiny_model_dir).translate(lines, beam=4)
-    same = sum(a == b for a, b in zip(fast.translate(lines, beam=4, batch_size=5), fp32))
-    python_same = sum(a == b for a, b in zip(load(tiny_model_dir, dtype="int8").translate(lines, beam=4), fp32))
+    fp32 = load(tiny_model_dir).translate(lines)
+    same = sum(a == b for a, b in zip(fast.translate(lines, batch_size=5), fp32))
+    python_same = sum(a == b for a, b in zip(load(tiny_model_dir, dtype="int8").translate(lines), fp32))
     assert same >= min(python_same, 18), (same, python_same)
 
 
@@ -311,9 +311,9 @@ def test_int8_native_is_batch_invariant(tiny_model_dir, threads):
     torch.set_num_threads(threads)
     try:
         run = lambda **kw: [(t.tokens, t.logprob, t.score) for t in fast.translate(lines, return_scores=True, **kw)]
-        reference = run(beam=4, batch_size=1)
-        assert run(beam=4, batch_size=7) == reference
-        assert run(beam=4, batch_size=64, sort=False) == reference
+        reference = run(batch_size=1)
+        assert run(batch_size=7) == reference
+        assert run(batch_size=64, sort=False) == reference
     finally:
         torch.set_num_threads(before)
 

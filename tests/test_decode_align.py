@@ -82,16 +82,30 @@ def test_html_with_the_model_keeps_every_tag(tiny_translator):
 
 
 @pytest.mark.parametrize(
-    "flags",
+    "flags, message",
     [
-        ["--format", "html", "--native"],
-        ["--alignments", "--native"],
-        ["--document", "--nbest", "2"],
-        ["--format", "html", "--scores"],
+        (["--document", "--nbest", "2"], "--nbest must be 1: --document gets one translation per sentence"),
+        (["--format", "html", "--scores"], "--format html writes a translated text, not lines: --scores"),
+        (["--format", "html", "--alignments"], "--alignments go with line mode only"),
+        (["--alignments", "--ensemble", "ENSEMBLE"], "alignments need a single model, not an ensemble"),
     ],
 )
-def test_unsupported_combinations_are_errors(tiny_model_dir, tmp_path, capsys, flags):
+def test_unsupported_combinations_are_errors_with_the_reason(tiny_model_dir, tmp_path, capsys, flags, message):
     path = tmp_path / "in.txt"
     path.write_text("A dog.\n")
-    assert main(["translate", "--model", str(tiny_model_dir), *flags, str(path)]) == 2
-    assert "error" in capsys.readouterr().err
+    flags = [str(tiny_model_dir) if f == "ENSEMBLE" else f for f in flags]
+    assert main(["translate", "--model", str(tiny_model_dir), str(path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+@pytest.mark.parametrize("flags", [["--alignments"], ["--format", "html"]])
+def test_the_cpp_step_aligns_and_places_tags_as_the_python_step_does(tiny_model_dir, tmp_path, capsys, flags):
+    """The C++ step records no attention; the alignments come from the PyTorch model it stands for."""
+    path = tmp_path / "in.txt"
+    path.write_text("A <b>dog</b> runs in the park.\nTwo men are sitting on a bench.\n")
+    outs = []
+    for backend in (["--backend", "fp32"], ["--native"]):
+        assert main(["translate", "--model", str(tiny_model_dir), *flags, *backend, str(path)]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] and len(outs[0].splitlines()) == 2

@@ -12,6 +12,7 @@ from conftest import read_corpus
 from transduce.api import load
 from transduce.decode import search
 from transduce.decode import translator as translator_mod
+from transduce.decode.search_options import SearchOptions
 
 N = 48
 
@@ -34,21 +35,23 @@ def _shuffled(lines, seed=3):
 @pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 4])
 def test_batch_size_sorting_and_order_do_not_change_output(translator, sources, beam):
-    reference = _run(translator, sources, beam=beam, batch_size=1)
+    reference = _run(translator, sources, search=SearchOptions(beam=beam), batch_size=1)
     for kw in (
         dict(batch_size=7),
         dict(batch_size=64),
         dict(batch_size=64, sort=False),
     ):
-        assert _run(translator, sources, beam=beam, **kw) == reference, kw  # tokens AND float scores
+        assert _run(translator, sources, search=SearchOptions(beam=beam), **kw) == reference, (
+            kw
+        )  # tokens AND float scores
     # Unsorted batches under a token budget: the same tokens, but on a 2-core AVX2 AMD EPYC with the shipped
     # Bible corpus (verses longer than Multi30k's captions) a few scores differed in their last bits (~1e-8
     # relative). Known and documented (README, "Things you can rely on"); the exact case is the sorted default.
-    loose = _run(translator, sources, beam=beam, batch_tokens=300, sort=False)
+    loose = _run(translator, sources, search=SearchOptions(beam=beam), batch_tokens=300, sort=False)
     assert [t for t, _, _ in loose] == [t for t, _, _ in reference]
     assert all(abs(a[1] - b[1]) <= 1e-6 * abs(b[1]) + 1e-9 for a, b in zip(loose, reference, strict=True))
     order, lines = _shuffled(sources)
-    shuffled = _run(translator, lines, beam=beam, batch_size=7, sort=False)
+    shuffled = _run(translator, lines, search=SearchOptions(beam=beam), batch_size=7, sort=False)
     assert [shuffled[order.index(i)] for i in range(len(sources))] == reference
 
 
@@ -61,8 +64,8 @@ def test_two_threads_same_text(translator, sources):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        alone = _run(translator, sources[:8], beam=4, batch_size=1)
-        together = _run(translator, sources[:8], beam=4, batch_size=64, sort=False)
+        alone = _run(translator, sources[:8], batch_size=1)
+        together = _run(translator, sources[:8], batch_size=64, sort=False)
     finally:
         torch.set_num_threads(before)
     assert [a[0] for a in alone] == [b[0] for b in together]
@@ -76,8 +79,8 @@ def test_without_the_measures_scores_depend_on_the_batch(translator, sources, mo
     monkeypatch.setattr(translator_mod, "PAD_MULTIPLE", 1)
     monkeypatch.setattr(translator_mod.Translator, "tensor", _pad_to_batch_max)
     monkeypatch.setattr(search, "ROW_MULTIPLE", 1)
-    alone = _run(translator, sources[:40], beam=4, batch_size=1)
-    together = _run(translator, sources[:40], beam=4, batch_size=64, sort=False)
+    alone = _run(translator, sources[:40], batch_size=1)
+    together = _run(translator, sources[:40], batch_size=64, sort=False)
     assert [a[1] for a in alone] != [b[1] for b in together]
 
 
@@ -93,8 +96,8 @@ def test_bf16_batch_invariance(tiny_model_dir, sources):
     and AVX-512-BF16 kernels block rows by batch (a score's 7th digit moved between batch 1 and 64 on an
     Intel Xeon with AMX); on CPUs without native bf16 they are bit-identical."""
     bf16 = load(tiny_model_dir, dtype="bf16")
-    reference = _run(bf16, sources, beam=4, batch_size=1)
+    reference = _run(bf16, sources, batch_size=1)
     for kw in (dict(batch_size=64, sort=False), dict(batch_size=7)):
-        got = _run(bf16, sources, beam=4, **kw)
+        got = _run(bf16, sources, **kw)
         assert [t for t, _, _ in got] == [t for t, _, _ in reference], kw
         assert [s for _, s, _ in got] == pytest.approx([s for _, s, _ in reference], rel=1e-5), kw

@@ -11,6 +11,7 @@ from conftest import read_corpus
 
 from transduce.cli import main
 from transduce.decode.mbr import MBRConfig, choose, expected_utilities
+from transduce.decode.search_options import SearchOptions
 
 
 def test_expected_utilities_golden_values():
@@ -47,15 +48,17 @@ def test_bad_settings_name_themselves(kwargs, key):
 @pytest.mark.slow
 def test_translator_picks_from_the_beam(tiny_translator):
     sources = read_corpus("test", "en", 8)
-    beam = tiny_translator.translate(sources, beam=4, max_len_b=10)
-    assert tiny_translator.translate(sources, beam=4, max_len_b=10, mbr=MBRConfig(1)) == beam
-    nbest = tiny_translator.translate(sources, beam=4, max_len_b=10, nbest=4)
-    mbr = tiny_translator.translate(sources, beam=4, max_len_b=10, mbr=MBRConfig(4, "bleu", "uniform"))
+    beam = tiny_translator.translate(sources, search=SearchOptions(beam=4, max_len_b=10))
+    assert tiny_translator.translate(sources, search=SearchOptions(beam=4, max_len_b=10, mbr=MBRConfig(1))) == beam
+    nbest = tiny_translator.translate(sources, search=SearchOptions(beam=4, max_len_b=10, nbest=4))
+    mbr = tiny_translator.translate(
+        sources, search=SearchOptions(beam=4, max_len_b=10, mbr=MBRConfig(4, "bleu", "uniform"))
+    )
     assert len(mbr) == len(sources) and all(m in n for m, n in zip(mbr, nbest))
     expected = [n[choose(n, [0.0] * len(n), MBRConfig(4, "bleu", "uniform"))] for n in nbest]
     assert mbr == expected
-    with pytest.raises(ValueError, match="MBR over 5 candidates needs a beam of at least that, got 4"):
-        tiny_translator.translate(sources, beam=4, mbr=MBRConfig(5))
+    with pytest.raises(ValueError, match="mbr over 5 candidates needs a beam of at least that, got 4"):
+        tiny_translator.translate(sources, search=SearchOptions(beam=4, mbr=MBRConfig(5)))
 
 
 def test_cli_mbr(tiny_model_dir, tmp_path, monkeypatch, capsys):

@@ -14,6 +14,7 @@ from transduce.api import load
 from transduce.cli import main
 from transduce.decode.rerank import RerankConfig, choose, sequence_logprobs, sweep
 from transduce.decode.search import Hypothesis
+from transduce.decode.search_options import SearchOptions
 
 
 def test_choose_golden_values():
@@ -50,21 +51,22 @@ def test_reranking_chooses_from_the_beam_by_the_channel_score(tiny_model_dir):
     # the tiny en->de model stands in as its own "channel": the mechanics do not need a good one
     t = load(tiny_model_dir, channel=tiny_model_dir)
     sources = read_corpus("test", "en", 10)
-    beam = t.translate(sources, beam=4, max_len_b=10)
-    assert t.translate(sources, beam=4, max_len_b=10, rerank=RerankConfig(4, 0.0)) == beam
-    nbest = t.translate(sources, beam=4, max_len_b=10, nbest=4, return_scores=True)
+    beam = t.translate(sources, search=SearchOptions(beam=4, max_len_b=10))
+    assert t.translate(sources, search=SearchOptions(beam=4, max_len_b=10, rerank=RerankConfig(4, 0.0))) == beam
+    nbest = t.translate(sources, search=SearchOptions(beam=4, max_len_b=10, nbest=4), return_scores=True)
     ids = t.encode_sources(sources)
     channel = t.channel_scores(ids, [[Hypothesis(h.tokens, h.logprob, h.score) for h in n] for n in nbest])
     for weight in (0.5, 50.0):  # this stand-in's channel scores differ by hundredths: only a large λ moves it
         expected = [n[choose(n, c, weight)].text for n, c in zip(nbest, channel)]
-        got = t.translate(sources, beam=4, max_len_b=10, rerank=RerankConfig(4, weight))
+        got = t.translate(sources, search=SearchOptions(beam=4, max_len_b=10, rerank=RerankConfig(4, weight)))
         assert got == expected
-        assert sweep(t, sources, [0.0, weight], 4, 4, 0.6, 1.0, 10) == {0.0: beam, weight: got}
+        search = SearchOptions(beam=4, max_len_b=10, rerank=RerankConfig(4))
+        assert sweep(t, sources, [0.0, weight], search) == {0.0: beam, weight: got}
     assert any(e != b for e, b in zip([n[choose(n, c, 50.0)].text for n, c in zip(nbest, channel)], beam))
-    with pytest.raises(ValueError, match="reranking 5 candidates needs a beam of at least that, got 4"):
-        t.translate(sources, beam=4, rerank=RerankConfig(5))
+    with pytest.raises(ValueError, match="rerank over 5 candidates needs a beam of at least that, got 4"):
+        t.translate(sources, search=SearchOptions(beam=4, rerank=RerankConfig(5)))
     with pytest.raises(ValueError, match="needs a channel model"):
-        load(tiny_model_dir).translate(sources, beam=4, rerank=RerankConfig(4))
+        load(tiny_model_dir).translate(sources, search=SearchOptions(beam=4, rerank=RerankConfig(4)))
 
 
 def test_load_refuses_a_channel_model_with_other_vocabularies(tiny_model_dir, tmp_path):

@@ -8,6 +8,7 @@ from conftest import read_corpus
 
 from transduce.decode.ensemble import Ensemble
 from transduce.decode.search import SampleConfig, beam_search, greedy, length_penalty, row_topk
+from transduce.decode.search_options import SearchOptions
 from transduce.decode.translator import Translator
 
 
@@ -132,17 +133,19 @@ def test_incremental_tokens_equal_recomputed_prefix(translator, sources):
 
 
 def test_nbest_sorted_and_distinct(translator, sources):
-    out = translator.translate(sources[:10], beam=4, nbest=3, return_scores=True)
+    out = translator.translate(sources[:10], search=SearchOptions(beam=4, nbest=3), return_scores=True)
     for hyps in out:
         assert len(hyps) == 3
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
         assert len({tuple(h.tokens) for h in hyps}) == 3
     with pytest.raises(ValueError, match="nbest"):
-        translator.translate(sources[:1], beam=2, nbest=3)
+        translator.translate(sources[:1], search=SearchOptions(beam=2, nbest=3))
 
 
 def test_max_length_respected(translator, sources):
-    out = translator.translate(sources[:10], beam=4, max_len_a=0.0, max_len_b=3, return_scores=True)
+    out = translator.translate(
+        sources[:10], search=SearchOptions(beam=4, max_len_a=0.0, max_len_b=3), return_scores=True
+    )
     assert all(len(t.tokens) <= 3 for t in out)
     assert any(len(t.tokens) == 3 for t in out)
 
@@ -150,12 +153,15 @@ def test_max_length_respected(translator, sources):
 @pytest.mark.slow
 def test_sampling_seeded_and_filtered(translator, sources):
     cfg = SampleConfig(temperature=1.0, top_k=1)
-    greedy_out = translator.translate(sources[:12], beam=1)
-    assert translator.translate(sources[:12], sample=cfg) == greedy_out  # top-1 sampling is greedy
+    greedy_out = translator.translate(sources[:12], search=SearchOptions(beam=1))
+    top_1 = translator.translate(sources[:12], search=SearchOptions(sample=cfg))
+    assert top_1 == greedy_out  # top-1 sampling is greedy
     wide = SampleConfig(temperature=1.5, top_p=0.95, seed=7)
-    a = translator.translate(sources[:12], sample=wide)
-    assert a == translator.translate(sources[:12], sample=wide, batch_size=5)
-    assert a != translator.translate(sources[:12], sample=SampleConfig(temperature=1.5, top_p=0.95, seed=8))
+    a = translator.translate(sources[:12], search=SearchOptions(sample=wide))
+    assert a == translator.translate(sources[:12], search=SearchOptions(sample=wide), batch_size=5)
+    assert a != translator.translate(
+        sources[:12], search=SearchOptions(sample=SampleConfig(temperature=1.5, top_p=0.95, seed=8))
+    )
     with pytest.raises(ValueError, match="temperature"):
         SampleConfig(temperature=0)
 
@@ -164,7 +170,7 @@ def test_sampling_seeded_and_filtered(translator, sources):
 def test_ensemble_of_one_model_twice_equals_the_model(translator, sources):
     """Averaging a model's log-probabilities with themselves changes nothing."""
     duo = Translator(Ensemble([translator.model, translator.model]), translator.vocabs)
-    assert duo.translate(sources[:12], beam=4) == translator.translate(sources[:12], beam=4)
+    assert duo.translate(sources[:12]) == translator.translate(sources[:12])
 
 
 @pytest.mark.parametrize("V", [8000, 8003, 100])

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 import torch
 from conftest import read_corpus
 
 from transduce.decode.constraints import Constraints, constrained_search
 from transduce.decode.search import beam_search, greedy, search
-from transduce.decode.search_options import SampleConfig, SearchOptions
+from transduce.decode.search_options import (
+    PAPER,
+    BadSearch,
+    MBRConfig,
+    RerankConfig,
+    SampleConfig,
+    SearchOptions,
+    add_search_arguments,
+)
 from transduce.decode.step import DecoderStep, pytorch_model
 
 
@@ -61,12 +71,17 @@ def test_the_door_gives_what_each_search_gives(tiny_translator, sources):
     ]
 
 
-def test_translate_takes_the_options_whole_or_one_by_one(tiny_translator, sources):
-    whole = tiny_translator.translate(sources, search=SearchOptions(beam=3, nbest=2), return_scores=True)
-    loose = tiny_translator.translate(sources, beam=3, nbest=2, return_scores=True)
+def test_translate_takes_the_options_whole_and_one_by_one_with_a_warning(tiny_translator, sources):
+    whole = tiny_translator.translate(sources, SearchOptions(beam=3, nbest=2), return_scores=True)
+    with pytest.warns(DeprecationWarning, match=r"Translator.translate\(beam=, nbest=\) is deprecated"):
+        loose = tiny_translator.translate(sources, beam=3, nbest=2, return_scores=True)
     assert [[(t.tokens, t.score) for t in n] for n in whole] == [[(t.tokens, t.score) for t in n] for n in loose]
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not both"):
         tiny_translator.translate(sources, beam=3, search=SearchOptions())
+    with pytest.raises(TypeError, match="bogus"):
+        tiny_translator.translate(sources, bogus=1)
+    with pytest.raises(TypeError, match="SearchOptions"):
+        tiny_translator.translate(sources, 4)  # the beam where the search goes
 
 
 def test_constrained_search_through_the_door(tiny_translator, sources):
@@ -96,3 +111,74 @@ def test_constrained_search_through_the_door(tiny_translator, sources):
     text = tr.vocabs.tgt.decode(hyp.tokens)
     assert "chien" in text
     assert grad and not any(grad)  # no autograd graph is built while searching
+
+
+@pytest.mark.parametrize(
+    "fields, key",
+    [
+        ({"mbr": MBRConfig(2), "nbest": 2}, "mbr"),
+        ({"rerank": RerankConfig(2), "sample": SampleConfig()}, "rerank"),
+        ({"mbr": MBRConfig(2), "rerank": RerankConfig(2)}, "rerank"),
+        ({"mbr": MBRConfig(5)}, "mbr"),
+        ({"rerank": RerankConfig(5), "beam": 4}, "rerank"),
+    ],
+)
+def test_the_mode_rules_name_the_offending_key(fields, key):
+    with pytest.raises(BadSearch) as e:
+        SearchOptions(**fields)
+    assert e.value.key == key and str(e.value).startswith(f"{key} ")
+
+
+def test_one_translation_per_sentence_and_constrained_search_are_rules_of_the_options():
+    options = SearchOptions(beam=4, nbest=2)
+    with pytest.raises(BadSearch, match="nbest must be 1: a document gets one translation per sentence, got 2"):
+        options.check(one="a document")
+    assert SearchOptions().check(one="a document", constrained=True) == SearchOptions()
+    for fields, key in (
+        ({"nbest": 2}, "nbest"),
+        ({"sample": SampleConfig()}, "sample"),
+        ({"mbr": MBRConfig(2)}, "mbr"),
+    ):
+        with pytest.raises(BadSearch, match=f"^{key} is not for constrained search"):
+            SearchOptions(**fields).check(constrained=True)
+    chooser = SearchOptions(beam=5, mbr=MBRConfig(3))
+    assert chooser.searched == SearchOptions(beam=5, nbest=3) and SearchOptions().searched == SearchOptions()
+
+
+def test_one_set_of_command_line_options_with_the_papers_defaults():
+    parser = argparse.ArgumentParser()
+    add_search_arguments(parser)
+    assert SearchOptions.from_args(parser.parse_args([])) == SearchOptions() == PAPER
+    args = parser.parse_args("--beam 5 --alpha 1 --max-len-b 9 --mbr 3 --mbr-utility chrf".split())
+    assert SearchOptions.from_args(args) == SearchOptions(5, 1.0, 1.0, 9, mbr=MBRConfig(3, "chrf"))
+    sampled = SearchOptions.from_args(parser.parse_args("--sample --top-k 5 --seed 3".split()))
+    assert sampled.sample == SampleConfig(top_k=5, seed=3)
+    for argv, message in (
+        ("--nbest 5 --beam 2", "--nbest must be between 1 and the beam size 2, got 5"),
+        ("--mbr 2 --nbest 2", "--mbr chooses one translation from the beam"),
+        ("--rerank 2", "--rerank needs --channel"),
+        ("--max-len-b 5 --beam 0", "--beam must be at least 1, got 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            SearchOptions.from_args(parser.parse_args(argv.split()))
+    few = argparse.ArgumentParser()
+    add_search_arguments(few, modes=(), lengths=False)
+    assert vars(few.parse_args([])) == {"beam": 4, "alpha": 0.6}
+    assert SearchOptions.from_args(few.parse_args(["--beam", "2"])) == SearchOptions(beam=2)
+
+
+def test_a_request_asks_within_the_servers_limits():
+    server = SearchOptions(beam=5, alpha=1.5)
+    assert SearchOptions.from_request({}, server, max_beam=8) == server
+    assert SearchOptions.from_request({"beam": "2", "nbest": 2}, server, 8) == server.replace(beam=2, nbest=2)
+    assert SearchOptions.from_request({"alternatives": "6"}, server, 8) == server.replace(beam=7, nbest=7)
+    for fields, message in (
+        ({"beam": 9}, "beam must be between 1 and 8, got 9"),
+        ({"beam": "wide"}, "beam must be an integer, got 'wide'"),
+        ({"beam": 2, "nbest": 3}, "nbest must be between 1 and beam=2, got 3"),
+        ({"alpha": -1.0}, "alpha must be between 0 and 10, got -1.0"),
+        ({"alternatives": 8}, "alternatives must be between 0 and 7, got 8"),
+    ):
+        with pytest.raises(BadSearch) as e:
+            SearchOptions.from_request(fields, server, 8)
+        assert str(e.value) == message and e.value.key == message.split()[0]

@@ -10,6 +10,7 @@ import torch
 from conftest import read_corpus
 
 from transduce.cli import main
+from transduce.decode.search_options import SearchOptions
 
 
 @pytest.fixture(scope="module")
@@ -21,25 +22,25 @@ def test_empty_and_overlong_lines_keep_the_line_count(translator, sources):
     overlong = " ".join(["dog"] * 400)  # far beyond the tiny model's max_positions=128
     lines = [sources[0], "", overlong, "   ", sources[1]]
     with pytest.warns(UserWarning, match=r"truncated 1 input line\(s\).*lines 3\b"):
-        out = translator.translate(lines, beam=2, max_len_b=5)
+        out = translator.translate(lines, search=SearchOptions(beam=2, max_len_b=5))
     assert len(out) == 5
     assert out[1] == "" and out[3] == ""
     assert out[0] and out[4] and out[2]
-    assert out[0] == translator.translate([sources[0]], beam=2, max_len_b=5)[0]
+    assert out[0] == translator.translate([sources[0]], search=SearchOptions(beam=2, max_len_b=5))[0]
     with pytest.raises(ValueError, match="input line 3: .*max_positions=128"):
-        translator.translate(lines, beam=2, truncate=False)
+        translator.translate(lines, search=SearchOptions(beam=2), truncate=False)
 
 
 @pytest.mark.slow
 def test_results_in_input_order(translator, sources):
-    one_by_one = [translator.translate([s], beam=1)[0] for s in sources[:6]]
-    assert translator.translate(sources[:6], beam=1, batch_size=4) == one_by_one
+    one_by_one = [translator.translate([s], search=SearchOptions(beam=1))[0] for s in sources[:6]]
+    assert translator.translate(sources[:6], search=SearchOptions(beam=1), batch_size=4) == one_by_one
 
 
 def test_translations_look_like_german(translator, sources):
     """The tiny fixture model is weak but trained: its output shares words with the reference."""
     refs = read_corpus("test", "fr", 12)
-    out = translator.translate(sources, beam=4)
+    out = translator.translate(sources)
     common = sum(len(set(h.lower().split()) & set(r.lower().split())) for h, r in zip(out, refs))
     assert common >= 12, out
 
@@ -58,7 +59,7 @@ def test_cli_files_and_stdin(tiny_model_dir, translator, sources, tmp_path, monk
     src.write_text("\n".join([sources[0], "", sources[1]]) + "\n", encoding="utf-8")
     code, out, err = _cli(["translate", "--model", str(tiny_model_dir), "--beam", "4", str(src)], capsys=capsys)
     assert code == 0, err
-    expected = translator.translate([sources[0], "", sources[1]], beam=4)
+    expected = translator.translate([sources[0], "", sources[1]])
     assert out.split("\n")[:-1] == expected
     code, out2, _ = _cli(
         ["translate", "--model", str(tiny_model_dir)],
@@ -82,7 +83,7 @@ def test_cli_invalid_utf8_names_file_and_line(tiny_model_dir, tmp_path, capsys):
 
 def test_cli_bad_options(tiny_model_dir, capsys):
     code, _, err = _cli(["translate", "--model", str(tiny_model_dir), "--nbest", "5", "--beam", "2"], capsys=capsys)
-    assert code == 2 and "--nbest 5 needs --beam" in err
+    assert code == 2 and "--nbest must be between 1 and the beam size 2, got 5" in err
     code, _, err = _cli(["translate", "--model", str(tiny_model_dir / "nope")], capsys=capsys)
     assert code == 2 and "not a model directory" in err
 
@@ -98,7 +99,7 @@ def test_int8_quantises_every_linear_and_still_translates(tiny_model_dir, transl
     linears = [m for m in int8.model.modules() if isinstance(m, (DynamicLinear, torch.nn.Linear))]
     assert linears and all(isinstance(m, DynamicLinear) for m in linears)
     assert int8.model.src_embed.token.weight.dtype == torch.float32  # embeddings stay fp32
-    assert len(int8.translate(sources, beam=4)) == len(sources)
+    assert len(int8.translate(sources)) == len(sources)
     # teacher-forced on the references, the quantised model mostly ranks like fp32 (the weak tiny model's
     # searches still part ways early; on the Multi30k model BLEU moves by < 0.3, see BENCHMARKS.md)
     refs = read_corpus("test", "fr", len(sources))

@@ -12,6 +12,7 @@ from sacremoses import MosesTokenizer
 
 from transduce.api import load
 from transduce.cli import main
+from transduce.decode.search_options import SearchOptions
 from transduce.evaluate import evaluate_model, score_translations
 
 HYPS = ["ein Hund läuft über die Wiese.", "Zwei Männer, die Fußball spielen!", "Eine Frau (in Rot) singt."]
@@ -58,8 +59,8 @@ def test_model_evaluation_and_perplexity(tiny_model_dir, tmp_path, capsys):
     src = read_corpus("test", "en", 30)
     ref = read_corpus("test", "fr", 30)
     translator = load(tiny_model_dir)
-    result = evaluate_model(translator, src, ref, beam=2)
-    assert result["hypotheses"] == translator.translate(src, beam=2)
+    result = evaluate_model(translator, src, ref, search=SearchOptions(beam=2))
+    assert result["hypotheses"] == translator.translate(src, search=SearchOptions(beam=2))
     assert result == {**score_translations(result["hypotheses"], ref, "fr"), **result}
     nll, count = translator.reference_nll(src, ref)
     assert result["ref_perplexity"] == round(math.exp(nll / count), 3)

@@ -17,6 +17,7 @@ from opus_models import opus_ids
 from transduce.cli import main
 from transduce.config import ConfigError
 from transduce.data.vocab import Vocab, Vocabs
+from transduce.decode.search_options import SearchOptions
 from transduce.interop import marian
 from transduce.interop.ctranslate2 import export_ctranslate2
 from transduce.interop.marian import export_marian, import_marian
@@ -399,7 +400,7 @@ def test_test_file_translations_identical_across_toolkits(tiny_model_dir, tmp_pa
     from transduce.api import load
 
     lines = read_corpus("test", "en", 40)
-    ours = load(tiny_model_dir).translate(lines, beam=1)
+    ours = load(tiny_model_dir).translate(lines, search=SearchOptions(beam=1))
     assert main(["export", "--to", "ct2", "--model", str(tiny_model_dir), "--out", str(tmp_path / "ct2")]) == 0
     assert main(["export", "--to", "hf", "--model", str(tiny_model_dir), "--out", str(tmp_path / "hf")]) == 0
     _, vocabs, _ = load_model_dir(tiny_model_dir)

@@ -19,6 +19,7 @@ from transduce.api import load
 from transduce.cli import main
 from transduce.config import ConfigError
 from transduce.data.vocab import Vocab
+from transduce.decode.search_options import SearchOptions
 from transduce.interop import marian
 from transduce.interop.import_marian import import_model
 from transduce.interop.marian_native import CONFIG_KEY, LAYER_NAMES
@@ -100,7 +101,10 @@ def test_native_and_marianmt_imports_are_the_same_model(release, tmp_path):
     assert main(["import", str(hf_dir), "--out", str(tmp_path / "from-hf")]) == 0
     assert main(["import", str(native), "--out", str(tmp_path / "from-npz")]) == 0
     lines = sentences(12, seed=7)
-    outs = [load(tmp_path / d).translate(lines, beam=2, target_lang="deu") for d in ("from-hf", "from-npz")]
+    outs = [
+        load(tmp_path / d).translate(lines, search=SearchOptions(beam=2), target_lang="deu")
+        for d in ("from-hf", "from-npz")
+    ]
     assert outs[0] == outs[1]
 
 
@@ -114,8 +118,8 @@ def test_target_language_token_leads_the_source(release, tmp_path, capsys):
     assert sorted(langs) == ["deu", "fra"] and translator.vocabs.src.sp.id_to_piece(langs["deu"]) == ">>deu<<"
     plain = translator.encode_sources(["the dog runs"])[0]
     assert translator.encode_sources(["the dog runs"], target_lang="fra")[0] == [langs["fra"]] + plain
-    deu = translator.translate(sentences(10, 3), beam=1, target_lang="deu", return_scores=True)
-    fra = translator.translate(sentences(10, 3), beam=1, target_lang="fra", return_scores=True)
+    deu = translator.translate(sentences(10, 3), search=SearchOptions(beam=1), target_lang="deu", return_scores=True)
+    fra = translator.translate(sentences(10, 3), search=SearchOptions(beam=1), target_lang="fra", return_scores=True)
     assert [t.score for t in deu] != [t.score for t in fra]  # the token changes what the model computes
     with pytest.raises(ValueError, match="target language 'spa': this model knows deu, fra"):
         translator.translate(["the dog"], target_lang="spa")
@@ -123,7 +127,7 @@ def test_target_language_token_leads_the_source(release, tmp_path, capsys):
     src.write_text("the dog runs\nthe cat sleeps\n")
     assert main(["translate", "--model", str(tmp_path / "m"), "--beam", "1", "--target-lang", "fra", str(src)]) == 0
     assert capsys.readouterr().out.splitlines() == translator.translate(
-        src.read_text().splitlines(), beam=1, target_lang="fra"
+        src.read_text().splitlines(), search=SearchOptions(beam=1), target_lang="fra"
     )
     assert main(["translate", "--model", str(tmp_path / "m"), "--target-lang", "xx", str(src)]) == 2
     assert "target language 'xx'" in capsys.readouterr().err
@@ -318,7 +322,8 @@ def test_output_bias_and_swish_translate_alike_on_every_backend_and_survive_expo
         translator = load(tmp_path / "m", backend=name)
         assert translator.fast_paths.decoder.name == name, translator.fast_paths.line()
         out[name] = [
-            (t.tokens, t.score) for t in translator.translate(lines, beam=2, target_lang="deu", return_scores=True)
+            (t.tokens, t.score)
+            for t in translator.translate(lines, search=SearchOptions(beam=2), target_lang="deu", return_scores=True)
         ]
     assert len({tuple(tokens) for tokens, _ in out["fp32"]}) > 3  # outputs vary with the input
     assert out["fp32-native"] == out["fp32"] and out["bf16-native"] == out["bf16"]
@@ -333,7 +338,9 @@ def test_output_bias_and_swish_translate_alike_on_every_backend_and_survive_expo
     assert main(["export", "--to", "ct2", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "ct2")]) == 0
     ct2 = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
     deu = vocabs.src.sp.id_to_piece(vocabs.src.sp.piece_to_id(">>deu<<"))
-    greedy = load(tmp_path / "m", backend="fp32").translate(lines, beam=1, target_lang="deu", return_scores=True)
+    greedy = load(tmp_path / "m", backend="fp32").translate(
+        lines, search=SearchOptions(beam=1), target_lang="deu", return_scores=True
+    )
     for line, ours in zip(lines, greedy):
         ids = vocabs.src.encode(line)
         limit = len(ids) + 2 + 50  # transduce's default: (>>deu<<, source, eos) + 50 tokens, its eos included

@@ -101,10 +101,10 @@ def test_fine_tuned_model_served_next_to_a_second_one(user, server):
     assert {c["code"]: c["targets"] for c in languages}["en"] == ["de", "en", "fr", "fra"]
     mine = load(tuned)
     assert post(server + "/translate", {"q": QUERIES, "source": "en", "target": "fr"}) == {
-        "translatedText": mine.translate(QUERIES, beam=4)
+        "translatedText": mine.translate(QUERIES)
     }
     assert post(server + "/translate", {"q": QUERIES[0], "source": "en", "target": "deu"}) == {
-        "translatedText": load(second).translate(QUERIES[:1], beam=4, target_lang="deu")[0]
+        "translatedText": load(second).translate(QUERIES[:1], target_lang="deu")[0]
     }
     answer = post(server + "/translate", {"q": QUERIES[0], "source": "en", "target": "es"})
     assert answer == {"error": "es is not supported"}
@@ -127,8 +127,8 @@ def test_fine_tuned_model_in_the_page(user, server, browser):
         "English \u2192 German",
     ]
     for value, expected in (
-        ("en|fr", load(tuned).translate(QUERIES, beam=4)),
-        ("en|de", load(second).translate(QUERIES, beam=4, target_lang="deu")),
+        ("en|fr", load(tuned).translate(QUERIES)),
+        ("en|de", load(second).translate(QUERIES, target_lang="deu")),
     ):
         pairs.select_by_value(value)
         source = browser.find_element(By.ID, "source")

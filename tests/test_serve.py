@@ -23,6 +23,7 @@ from live_server import Live  # noqa: E402
 
 from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
+from transduce.decode.search_options import SearchOptions  # noqa: E402
 from transduce.serve import server as srv  # noqa: E402
 from transduce.serve.server import Settings, create_app  # noqa: E402
 
@@ -70,7 +71,7 @@ def test_concurrent_clients_get_offline_translations(translator, sentences):
     for requests, replies in zip(plan, answers):
         for (text, beam), (status, body) in zip(requests, replies):
             assert status == 200, body
-            assert body["translations"] == translator.translate(text, beam=beam)
+            assert body["translations"] == translator.translate(text, search=SearchOptions(beam=beam))
     assert health["requests"] == 30
     assert health["batches"] < 30 and health["max_requests_in_batch"] > 1  # requests were batched together
 
@@ -80,7 +81,7 @@ def test_scores_nbest_and_empty_lines(translator, sentences):
     with TestClient(create_app(translator)) as c:
         r = c.post("/v1/translate", json={"text": sentences[:3] + [""], "beam": 4, "nbest": 2, "return_scores": True})
         assert r.status_code == 200
-        offline = translator.translate(sentences[:3] + [""], beam=4, nbest=2, return_scores=True)
+        offline = translator.translate(sentences[:3] + [""], search=SearchOptions(beam=4, nbest=2), return_scores=True)
         got = r.json()["translations"]
         assert [[h["text"] for h in hyps] for hyps in got] == [[h.text for h in hyps] for hyps in offline]
         assert [[(h["score"], h["logprob"]) for h in hyps] for hyps in got] == [
@@ -190,7 +191,7 @@ def test_graceful_shutdown_finishes_in_flight_requests(translator, sentences):
     live.stop()  # like SIGTERM: stop accepting, finish what is in flight
     t.join(10)
     assert result["r"].status_code == 200
-    assert result["r"].json()["translations"] == translator.translate(sentences[:2], beam=2)
+    assert result["r"].json()["translations"] == translator.translate(sentences[:2], search=SearchOptions(beam=2))
     with pytest.raises(httpx.ConnectError):
         httpx.get(live.url + "/health", timeout=2)
 

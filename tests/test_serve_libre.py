@@ -18,6 +18,7 @@ from live_server import untrained_model  # noqa: E402
 
 from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
+from transduce.decode.search_options import SearchOptions
 from transduce.serve.keys import Access, read_keys  # noqa: E402
 from transduce.serve.registry import spec_from_dir  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
@@ -59,13 +60,13 @@ def app_for(models, pairs, **kw):
 
 def document(translator, text):
     pieces = split_text(text, "en")
-    return reassemble(pieces, translator.translate(sentences(pieces), beam=4))
+    return reassemble(pieces, translator.translate(sentences(pieces)))
 
 
 def test_fields_from_the_query_string_keys_ignored_when_off_unknown_fields_ignored(models, offline, caplog):
     """deep-translator's LibreTranslator sends every field in the query string, always with api_key
     (deep_translator/libre.py: ``requests.post(self._base_url, params=params)``)."""
-    want = offline["en", "fr"].translate([EN], beam=4)[0]
+    want = offline["en", "fr"].translate([EN])[0]
     with TestClient(app_for(models, [("en", "fr")])) as c:
         params = {"q": EN, "source": "en", "target": "fr", "format": "text", "api_key": "its-own-key"}
         r = c.post("/translate", params=params)
@@ -153,8 +154,8 @@ def test_detect_and_auto_source_choose_among_served_languages(models, offline):
         assert r.status_code == 200, body
         assert [d["language"] for d in body["detectedLanguage"]] == ["en", "de"]
         assert body["translatedText"] == [
-            offline["en", "fr"].translate([en], beam=4)[0],
-            offline["de", "fr"].translate([de], beam=4)[0],
+            offline["en", "fr"].translate([en])[0],
+            offline["de", "fr"].translate([de])[0],
         ]
 
 
@@ -172,7 +173,7 @@ def test_whole_texts_keep_their_layout_and_share_one_batch(models, offline):
         r = c.post("/translate", json={"q": [DOC, "", EN], "source": "en", "target": "fr"})
         assert r.status_code == 200, r.text
         got = r.json()["translatedText"]
-        assert got == [document(offline["en", "fr"], DOC), "", offline["en", "fr"].translate([EN], beam=4)[0]]
+        assert got == [document(offline["en", "fr"], DOC), "", offline["en", "fr"].translate([EN])[0]]
         assert got[0].count("\n") == DOC.count("\n") and "\r\n\n\n" in got[0] and "\n  " in got[0]
         health = c.get("/v1/health").json()
         assert health["requests"] == 1 and health["batches"] == 1  # 7 sentences of 2 texts, one worker: one batch
@@ -200,7 +201,7 @@ def test_languages_use_standard_codes_and_pivot_through_english(models, offline,
         r = c.post("/translate", json={"q": text, "source": "de", "target": "fr", "alternatives": 1})
         english = document(offline["de", "en"], text)
         pieces = split_text(english, "en")
-        nbest = offline["en", "fr"].translate(sentences(pieces), beam=4, nbest=2)
+        nbest = offline["en", "fr"].translate(sentences(pieces), search=SearchOptions(beam=4, nbest=2))
         assert r.json() == {
             "translatedText": reassemble(pieces, [h[0] for h in nbest]),
             "alternatives": [reassemble(pieces, [h[1] for h in nbest])],
@@ -237,15 +238,15 @@ def test_the_pages_api_pivots_through_english_and_identifies_the_source(models, 
     with TestClient(app_for(models, [("en", "fr"), ("de", "en"), ("fr", "en")])) as c:
         r = c.post("/v1/attention", json={"text": de, "source": "de", "target": "fr"})
         assert r.status_code == 200, r.text
-        english = offline["de", "en"].translate(de, beam=4)
+        english = offline["de", "en"].translate(de)
         assert r.json()["route"] == ["de-en", "en-fr"] and "detected" not in r.json()
-        same(r.json()["alignments"], word_alignments(offline["en", "fr"], english, 4))
+        same(r.json()["alignments"], word_alignments(offline["en", "fr"], english))
         assert [a["source_words"] for a in r.json()["alignments"]] == [e.split() for e in english]
 
         r = c.post("/v1/attention", json={"text": fr, "source": "auto", "target": "en"})
         assert r.status_code == 200, r.text
         assert r.json()["route"] == ["fr-en"] and r.json()["detected"]["language"] == "fr"
-        same(r.json()["alignments"], word_alignments(offline["fr", "en"], fr, 4))
+        same(r.json()["alignments"], word_alignments(offline["fr", "en"], fr))
 
         r = c.post("/v1/attention", json={"text": de, "source": "auto", "target": "fr"})  # auto, then a pivot
         assert r.json()["detected"]["language"] == "de" and r.json()["route"] == ["de-en", "en-fr"]
@@ -253,7 +254,7 @@ def test_the_pages_api_pivots_through_english_and_identifies_the_source(models, 
 
         r = c.post("/v1/attention", json={"text": [EN], "source": "en", "target": "fr"})
         assert r.json()["route"] == ["en-fr"] and "detected" not in r.json()
-        same(r.json()["alignments"], word_alignments(offline["en", "fr"], [EN], 4))
+        same(r.json()["alignments"], word_alignments(offline["en", "fr"], [EN]))
 
         r = c.post("/v1/attention", json={"text": [EN], "source": "auto", "target": "xx"})
         assert r.status_code == 400 and r.json()["detail"] == "source 'auto': no model here translates into 'xx'"

@@ -15,6 +15,7 @@ pytest.importorskip("fastapi", reason="server tests need fastapi (the serve extr
 from fastapi.testclient import TestClient  # noqa: E402
 
 from transduce.cli import main  # noqa: E402
+from transduce.decode.search_options import SearchOptions
 from transduce.serve.command import add_arguments, settings_from_args  # noqa: E402
 from transduce.serve.server import create_app  # noqa: E402
 from transduce.serve.service import Settings  # noqa: E402
@@ -30,10 +31,10 @@ class Recorded:
     def __getattr__(self, name):
         return getattr(self.real, name)
 
-    def translate(self, sentences, **options):
+    def translate(self, sentences, search, **options):
         self.seen += sentences
-        self.searches.append((options.get("beam"), options.get("alpha")))
-        results = self.real.translate(sentences, **options)
+        self.searches.append((search.beam, search.alpha))
+        results = self.real.translate(sentences, search, **options)
         for sentence, result in zip(sentences, results):
             for hypothesis in result if isinstance(result, list) else [result]:
                 hypothesis.text = self.forced.get(sentence, hypothesis.text)
@@ -49,7 +50,7 @@ def test_a_sentence_translated_to_nothing_comes_back_as_its_source(tiny_translat
     source sentence, in the best translation and in every alternative; the other sentences are translated."""
     model = Recorded(tiny_translator, {"Yes.": "", "No.": "."})
     text = "Is it so? Yes. Really? No."
-    first, third = (tiny_translator.translate([s], beam=4)[0] for s in ("Is it so?", "Really?"))
+    first, third = (tiny_translator.translate([s])[0] for s in ("Is it so?", "Really?"))
     with client(model) as c:
         r = c.post("/translate", json={"q": text, "source": "en", "target": "fr", "alternatives": 1})
         assert r.status_code == 200, r.text
@@ -71,7 +72,7 @@ def test_text_with_nothing_to_translate_is_kept_and_not_sent_to_the_model(tiny_t
         assert r.json() == {"translatedText": "🙂", "alternatives": []}
         assert model.seen == []
         r = c.post("/translate", json={"q": "A dog runs. 🙂 12. Two men talk.", "source": "en", "target": "fr"})
-        dog, men = tiny_translator.translate(["A dog runs.", "Two men talk."], beam=4)
+        dog, men = tiny_translator.translate(["A dog runs.", "Two men talk."])
         assert r.json() == {"translatedText": f"{dog} 🙂 12. {men}"}
     assert model.seen == ["A dog runs.", "Two men talk."]
 
@@ -86,7 +87,7 @@ def test_a_text_all_in_lower_or_upper_case_keeps_its_case(tiny_translator):
         lower, upper, mixed = r.json()["translatedText"]
         assert lower == lower.lower() and lower != lower.upper()
         assert upper == upper.upper() and upper != upper.lower()
-        assert mixed == tiny_translator.translate([texts[2]], beam=4)[0] and mixed not in (mixed.lower(), mixed.upper())
+        assert mixed == tiny_translator.translate([texts[2]])[0] and mixed not in (mixed.lower(), mixed.upper())
         (low_alternative,), (up_alternative,), _ = r.json()["alternatives"]
         assert low_alternative == low_alternative.lower() and up_alternative == up_alternative.upper()
 
@@ -124,9 +125,13 @@ def test_serve_alpha_and_a_requests_beam_reach_the_search(tiny_translator):
     text = "A dog runs in the park."
     with client(model, alpha=1.5, max_beam=8) as c:
         r = c.post("/translate", json={"q": text, "source": "en", "target": "fr"})
-        assert r.json() == {"translatedText": tiny_translator.translate([text], beam=4, alpha=1.5)[0]}
+        assert r.json() == {
+            "translatedText": tiny_translator.translate([text], search=SearchOptions(beam=4, alpha=1.5))[0]
+        }
         r = c.post("/translate", data={"q": text, "source": "en", "target": "fr", "beam": "1"})
-        assert r.json() == {"translatedText": tiny_translator.translate([text], beam=1, alpha=1.5)[0]}
+        assert r.json() == {
+            "translatedText": tiny_translator.translate([text], search=SearchOptions(beam=1, alpha=1.5))[0]
+        }
         r = c.post(
             "/translate", json={"q": f"<b>{text}</b>", "source": "en", "target": "fr", "format": "html", "beam": 2}
         )

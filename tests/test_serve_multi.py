@@ -23,6 +23,7 @@ from live_server import Live, untrained_model  # noqa: E402
 from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
 from transduce.config import ConfigError  # noqa: E402
+from transduce.decode.search_options import SearchOptions  # noqa: E402
 from transduce.modeldir import load_model_dir, save_model_dir  # noqa: E402
 from transduce.serve.keys import Access, RateLimiter, find_key, read_keys  # noqa: E402
 from transduce.serve.registry import ModelPool, PoolFull, read_models, spec_from_dir  # noqa: E402
@@ -139,7 +140,7 @@ def test_libretranslate_api(specs, offline):
         r = c.post("/translate", data={"q": DE[0], "source": "fr", "target": "en"})  # form-encoded
         assert r.json() == {"translatedText": offline["fr", "en"].translate([DE[0]])[0]}
         r = c.post("/translate", json={"q": EN[:3], "source": "auto", "target": "fr", "alternatives": 2})
-        nbest = offline["en", "fr"].translate(EN[:3], beam=4, nbest=3)
+        nbest = offline["en", "fr"].translate(EN[:3], search=SearchOptions(beam=4, nbest=3))
         assert r.json() == {
             "translatedText": [h[0] for h in nbest],
             "alternatives": [h[1:] for h in nbest],
@@ -284,7 +285,7 @@ def test_load_two_pairs_zero_errors_offline_outputs(specs, offline):
     for requests, replies in zip(plan, answers, strict=True):
         for (pair, q), r in zip(requests, replies, strict=True):
             assert r.status_code == 200, r.text
-            assert r.json()["translatedText"] == offline[pair].translate(q, beam=4)
+            assert r.json()["translatedText"] == offline[pair].translate(q)
     assert health["requests"] == 48 and health["loaded"] == 2
     assert health["max_requests_in_batch"] > 1  # concurrent requests for a pair shared batches
 

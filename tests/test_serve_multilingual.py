@@ -22,6 +22,7 @@ from transduce.api import load  # noqa: E402
 from transduce.cli import main  # noqa: E402
 from transduce.config import ConfigError  # noqa: E402
 from transduce.data.vocab import Vocab, Vocabs  # noqa: E402
+from transduce.decode.search_options import SearchOptions  # noqa: E402
 from transduce.model import ModelConfig, Transformer  # noqa: E402
 from transduce.modeldir import save_model_dir  # noqa: E402
 from transduce.serve.registry import read_models, routes  # noqa: E402
@@ -70,11 +71,13 @@ def test_every_target_is_served_as_offline(models, tmp_path, capsys):
         ]
         got = {}
         for target in ("deu", "fra"):
-            expected = offline.translate(TEXTS, beam=4, target_lang=target)
+            expected = offline.translate(TEXTS, target_lang=target)
             r = c.post("/translate", json={"q": TEXTS, "source": "en", "target": target})
             assert r.status_code == 200 and r.json() == {"translatedText": expected}, target
             r = c.post("/v1/translate", json={"text": TEXTS[:2], "source": "en", "target": target, "beam": 2})
-            assert r.json() == {"translations": offline.translate(TEXTS[:2], beam=2, target_lang=target)}
+            assert r.json() == {
+                "translations": offline.translate(TEXTS[:2], search=SearchOptions(beam=2), target_lang=target)
+            }
             r = c.post("/v1/attention", json={"text": TEXTS[:1], "source": "en", "target": target})
             alignment = r.json()["alignments"][0]
             assert alignment["translation"] == expected[0]
@@ -82,16 +85,18 @@ def test_every_target_is_served_as_offline(models, tmp_path, capsys):
             got[target] = expected
         assert got["deu"] != got["fra"]  # the token was used: the two targets differ
         r = c.post("/translate", json={"q": TEXTS[0], "source": "en", "target": "fr"})
-        assert r.json() == {"translatedText": load(models["en-fr"]).translate(TEXTS[:1], beam=4)[0]}
+        assert r.json() == {"translatedText": load(models["en-fr"]).translate(TEXTS[:1])[0]}
         html = f"<p>{TEXTS[0]} <b>{TEXTS[1]}</b></p>"
         r = c.post("/translate", json={"q": html, "source": "en", "target": "fra", "format": "html"})
-        assert r.json() == {"translatedText": translate_html(offline, html, beam=4, target_lang="fra")}
+        assert r.json() == {"translatedText": translate_html(offline, html, target_lang="fra")}
         # a LibreTranslate client's two-letter codes (and three-letter ones) reach the model by standard form;
         # a pair served as written stays first: "fr" is the one-language en-fr model, not >>fra<<
         r = c.post("/translate", json={"q": TEXTS, "source": "eng", "target": "de"})
         assert r.json() == {"translatedText": got["deu"]}
         r = c.post("/v1/translate", json={"text": TEXTS[:2], "source": "en", "target": "de", "beam": 2})
-        assert r.json() == {"translations": offline.translate(TEXTS[:2], beam=2, target_lang="deu")}
+        assert r.json() == {
+            "translations": offline.translate(TEXTS[:2], search=SearchOptions(beam=2), target_lang="deu")
+        }
         r = c.post("/translate", json={"q": "the dog", "source": "en", "target": "spa"})
         assert r.status_code == 400
         assert r.json() == {"error": "spa is not supported"}
@@ -135,13 +140,13 @@ def test_one_multilingual_model_asks_for_a_target(models):
             r.status_code == 400 and "translates into several languages (deu, fra): name 'target'" in r.json()["detail"]
         )
         r = c.post("/v1/translate", json={"text": TEXTS[:1], "source": "en", "target": "fra"})
-        assert r.json() == {"translations": translator.translate(TEXTS[:1], beam=4, target_lang="fra")}
+        assert r.json() == {"translations": translator.translate(TEXTS[:1], target_lang="fra")}
 
 
 def test_alignments_skip_the_language_token(models):
     """Source word i of an alignment is the sentence's word i, not shifted by the >>xx<< token before it."""
     translator = load(models["en-mul"])
-    (result,) = translator.translate(TEXTS[:1], beam=1, target_lang="deu", alignments="cover")
+    (result,) = translator.translate(TEXTS[:1], search=SearchOptions(beam=1), target_lang="deu", alignments="cover")
     assert {i for i, _ in result.alignment} == set(range(len(TEXTS[0].split())))  # every word, none beyond
 
 

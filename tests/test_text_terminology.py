@@ -67,8 +67,18 @@ def test_constraints_cli(tiny_model_dir, tmp_path, capsys):
     assert main(["translate", "--model", str(tiny_model_dir), "--constraints", str(path)]) == 0
     first, second = capsys.readouterr().out.splitlines()
     assert "Park" in first and "schnell" in first and second
-    assert main(["translate", "--model", str(tiny_model_dir), "--constraints", "--native", str(path)]) == 2
-    assert "not supported with --native" in capsys.readouterr().err
+    for other in (["--native"], ["--ensemble", str(tiny_model_dir)], ["--scores"]):  # the library does these
+        assert main(["translate", "--model", str(tiny_model_dir), "--constraints", str(path), *other]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[-2:] == [first, second] or other == ["--scores"], (other, out)
+        assert "Park" in out[0] and "schnell" in out[0]
+    for other, message in (
+        (["--nbest", "2"], "--nbest is not for constrained search"),
+        (["--sample"], "--sample is not for constrained search"),
+        (["--alignments"], "constrained search (terminology) gives no word alignments"),
+    ):
+        assert main(["translate", "--model", str(tiny_model_dir), "--constraints", *other, str(path)]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_score_matches_the_search_logprob(tiny_translator):

@@ -45,7 +45,7 @@ def test_refusals_name_the_file(tiny_model_dir, tmp_path, capsys):
     code, err = cli(capsys, *model, "--input", doc)
     assert code == 2 and "needs --output" in err
     code, err = cli(capsys, *model, "--input", doc, "--output", tmp_path / "o.docx", "--nbest", "2")
-    assert code == 2 and "neither --nbest" in err
+    assert code == 2 and "--nbest must be 1: --input gets one translation per sentence, got 2" in err
     code, err = cli(capsys, *model, doc)  # line mode is for lines of text
     assert code == 2 and f"translate it with --input {doc}" in err
     broken = tmp_path / "broken.docx"

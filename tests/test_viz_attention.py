@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from transduce.cli import main
+from transduce.decode.search_options import SearchOptions
 from transduce.model import ModelConfig, Transformer
 from transduce.model.attention import attention_reference
 from transduce.viz.attention import record_weights
@@ -119,8 +120,8 @@ def test_sentence_attention_returns_attention_with_its_translation(model_dir):
     from transduce.viz.attention import sentence_attention
 
     translator = load(model_dir)
-    maps = sentence_attention(translator, "A dog runs in the snow.", beam=4)
-    assert maps.translation == translator.translate(["A dog runs in the snow."], beam=4)[0]
+    maps = sentence_attention(translator, "A dog runs in the snow.")
+    assert maps.translation == translator.translate(["A dog runs in the snow."])[0]
     assert maps.cross.shape[-2:] == (len(maps.target_out), len(maps.source))
     np.testing.assert_allclose(maps.cross.sum(-1), 1.0, atol=1e-5)
 
@@ -144,8 +145,8 @@ def test_a_cpp_step_backend_draws_attention_and_places_tags(tiny_model_dir, back
 
     translator = load(tiny_model_dir, backend=backend)
     assert translator.fast_paths.decoder.name == backend, translator.fast_paths.line()
-    maps = sentence_attention(translator, "The king sent his servants.", beam=2)
-    assert maps.translation == translator.translate(["The king sent his servants."], beam=2)[0]
+    maps = sentence_attention(translator, "The king sent his servants.", search=SearchOptions(beam=2))
+    assert maps.translation == translator.translate(["The king sent his servants."], search=SearchOptions(beam=2))[0]
     assert maps.cross.shape[-2:] == (len(maps.target_out), len(maps.source))
-    html = translate_html(translator, "The <b>king</b> sent his servants.", beam=2)
+    html = translate_html(translator, "The <b>king</b> sent his servants.", search=SearchOptions(beam=2))
     assert html.count("<b>") == 1 and html.count("</b>") == 1

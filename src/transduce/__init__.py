@@ -45,9 +45,10 @@ _LAZY = {
     "ModelConfig": "transduce.model",
     "Transformer": "transduce.model",
     "load": "transduce.api",
+    "SearchOptions": "transduce.decode.search_options",
 }
 
-__all__ = ["ConfigError", "ModelConfig", "Transformer", "load", "__version__"]
+__all__ = ["ConfigError", "ModelConfig", "SearchOptions", "Transformer", "load", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

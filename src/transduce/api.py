@@ -34,10 +34,10 @@ def load(
     ``dtype="int8", native=True`` is ``backend="int8-native"``.
     Ensemble members must have the same vocabularies as the first model.
     ``channel`` is a target→source model directory with the same vocabulary, for noisy-channel reranking
-    (:mod:`transduce.decode.rerank`; ``translate(..., rerank=RerankConfig(...))``).
+    (:mod:`transduce.decode.rerank`; ``translate(..., SearchOptions(rerank=RerankConfig(...)))``).
 
     >>> translator = load("runs/multi30k/model")            # doctest: +SKIP
-    >>> translator.translate(["A dog runs."], beam=4)        # doctest: +SKIP
+    >>> translator.translate(["A dog runs."], transduce.SearchOptions(beam=4))  # doctest: +SKIP
     """
     # batch-invariant GEMMs: MKL's strict reproducibility mode, read at MKL's first call (docs/performance.md)
     os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")

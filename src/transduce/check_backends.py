@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .backends.measure import measure, measure_speed, summary
 from .backends.record import RECORD
+from .decode.search_options import SearchOptions, add_search_arguments
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,8 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--src", type=Path, help="source file (instead of --data)")
     p.add_argument("--ref", type=Path, help="reference file (with --src)")
     p.add_argument("--lang", help="target language (default: the model's tgt_lang)")
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--alpha", type=float, default=0.6)
+    add_search_arguments(p, modes=(), lengths=False)
     p.add_argument("--count", type=int, help="measure on the first N sentences only")
     p.add_argument(
         "--speed-only",
@@ -53,6 +53,7 @@ def run(args) -> int:
     from .modeldir import read_model_config
 
     _, meta = read_model_config(args.model)
+    search = SearchOptions.from_args(args)
     if (args.data is None) == (args.src is None):
         raise ValueError("give either --data DIR or --src FILE --ref FILE")
     if args.data is not None:
@@ -79,12 +80,12 @@ def run(args) -> int:
         sources, refs = sources[: args.count], refs[: args.count]
         name += f" (first {len(sources)})"
     if args.speed_only:
-        record = measure_speed(args.model, sources, args.beam, args.alpha)
+        record = measure_speed(args.model, sources, search)
         print(summary(record))
         print(f"wrote {Path(args.model) / RECORD}")
         return 0
     command = shlex.join(["transduce", *sys.argv[1:]]) if sys.argv[1:2] == ["check-backends"] else ""
-    record = measure(args.model, sources, refs, lang, name, args.beam, args.alpha, command=command, metric=args.metric)
+    record = measure(args.model, sources, refs, lang, name, search, command=command, metric=args.metric)
     print(summary(record))
     print(f"wrote {Path(args.model) / RECORD}")
     return 0

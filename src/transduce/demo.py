@@ -53,15 +53,16 @@ def run(args: argparse.Namespace) -> int:
     out = recipe.out
 
     from . import load
+    from .decode.search_options import PAPER
     from .viz.attention import draw, sentence_attention
     from .viz.attention_html import write_html
 
     translator = load(results["model"])
-    print("\n== translate: a few sentences (beam 4)")
+    print(f"\n== translate: a few sentences (beam {PAPER.beam})")
     examples = EXAMPLES + _held_out_examples(out / "data", 2)
-    for source, translation in zip(examples, translator.translate(examples, beam=4)):
+    for source, translation in zip(examples, translator.translate(examples)):
         print(f"  {source}\n    → {translation}")
-    maps = sentence_attention(translator, EXAMPLES[0], beam=4)
+    maps = sentence_attention(translator, EXAMPLES[0])
     heatmap = draw(maps, layer=None, head=None, out=out / "attention.png")
     page = write_html(maps, out / "attention.html")
     sample = out / "examples.txt"

@@ -25,12 +25,12 @@ import sys
 from pathlib import Path
 
 from .backends.options import add_backend_arguments, backend_from_args
-from .decode import mbr, rerank
+from .decode.search_options import SearchOptions, add_search_arguments
 from .metrics import compound_split, moses_lower, score_translations  # noqa: F401 (this command's names)
 
 
 def evaluate_model(translator, sources: list[str], refs: list[str], lang: str | None = None, **decode) -> dict:
-    """Translate ``sources`` with ``translator`` (decode options as in ``Translator.translate``)
+    """Translate ``sources`` with ``translator`` (decode options as in ``Translator.translate``: ``search=``, ...)
     and score against ``refs``; adds reference perplexity. For the trainer and recipes."""
     if len(sources) != len(refs):
         raise ValueError(f"{len(sources)} source lines but {len(refs)} references")
@@ -64,13 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="model directory: translate --src first")
     p.add_argument("--src", help="source file (with --model)")
     p.add_argument("--lang", help="target language for the Moses tokeniser (default: the model's tgt_lang)")
-    p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--alpha", type=float, default=0.6)
-    p.add_argument("--max-len-a", type=float, default=1.0)
-    p.add_argument("--max-len-b", type=int, default=50)
     p.add_argument("--batch-tokens", type=int, default=4096)
-    mbr.add_arguments(p)
-    rerank.add_arguments(p)
+    add_search_arguments(p.add_argument_group("search (defaults: the paper, §6.1)"), modes=("mbr", "rerank"))
     p.add_argument("--device", default="cpu")
     add_backend_arguments(p)
     p.add_argument("--output", help="with --model: also write the translations here")
@@ -95,6 +90,7 @@ def run(args) -> int:
             raise ValueError("--model needs --src")
         from .api import load
 
+        search = SearchOptions.from_args(args)
         src = read_lines(args.src).lines
         if len(src) != len(refs):
             raise ValueError(f"{args.src} has {len(src)} lines but {args.ref} has {len(refs)}")
@@ -105,13 +101,8 @@ def run(args) -> int:
             src,
             refs,
             args.lang,
-            beam=args.beam,
-            alpha=args.alpha,
-            max_len_a=args.max_len_a,
-            max_len_b=args.max_len_b,
+            search=search,
             batch_tokens=args.batch_tokens,
-            mbr=mbr.from_args(args),
-            rerank=rerank.from_args(args),
         )
         hyps = result.pop("hypotheses")
         if args.output:

@@ -34,6 +34,7 @@ import torch
 
 from .backends import DTYPES
 from .config import ConfigError, build, check, parse_override, read_toml, to_toml_text
+from .decode.search_options import PAPER, SearchOptions
 
 
 @dataclass
@@ -118,10 +119,10 @@ class AverageSection:
 class EvaluateSection:
     valid_split: str = "valid"
     test_splits: list[str] = field(default_factory=lambda: ["test"])
-    beam: int = 4
-    alpha: float | list[float] = 0.6  # a list: each is tried on the validation split, the best is used on test
-    max_len_a: float = 1.0
-    max_len_b: int = 50
+    beam: int = PAPER.beam
+    alpha: float | list[float] = PAPER.alpha  # a list: each is tried on the validation split, the best on test
+    max_len_a: float = PAPER.max_len_a
+    max_len_b: int = PAPER.max_len_b
     dtype: str = "fp32"
     device: str = "cpu"  # "cuda", or "auto": cuda when available
 
@@ -364,8 +365,7 @@ def _check_backends(recipe: Recipe, model_dir: Path, device: str, decode: dict, 
             refs,
             data.manifest["tgt_lang"],
             f"{data_dir} {ev.valid_split}",
-            ev.beam,
-            decode["alpha"],
+            PAPER.replace(beam=ev.beam, alpha=decode["alpha"]),  # as the command above says
             command=command,
             metric=metric,
         )
@@ -385,7 +385,7 @@ def _texts(data, split: str) -> tuple[list[str], list[str]]:
 def _score(evaluate_model, translator, data, split: str, decode: dict, hyp_path: Path | None = None) -> dict:
     sources, refs = _texts(data, split)
     start = time.perf_counter()
-    result = evaluate_model(translator, sources, refs, lang=data.manifest["tgt_lang"], **decode)
+    result = evaluate_model(translator, sources, refs, lang=data.manifest["tgt_lang"], search=SearchOptions(**decode))
     result["decode_wall_s"] = round(time.perf_counter() - start, 1)
     hyps = result.pop("hypotheses")
     if hyp_path is not None:

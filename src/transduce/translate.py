@@ -19,6 +19,11 @@ keeps inline markup (:mod:`~transduce.text.markup`), ``--alignments`` appends Ph
 (:mod:`~transduce.text.terminology`). ``--input FILE --output OUT`` translates one .txt, .html, .srt,
 .docx, .pptx, .odt or .odp file with its structure kept (:mod:`~transduce.text.files`), written whole
 or not at all. The user guide is docs/documents.md.
+
+The search options are every decoding command's (:func:`~transduce.decode.search_options.add_search_arguments`);
+what combines with what is the library's to say (:meth:`~transduce.decode.search_options.SearchOptions.check`,
+:mod:`transduce.text`), and this command refuses only what it cannot write: line mode's extras (scores,
+alignments, per-line constraints) in a translated text.
 """
 
 from __future__ import annotations
@@ -30,13 +35,10 @@ from pathlib import Path
 
 import torch
 
-from .backends import is_native
 from .backends.options import add_backend_arguments, backend_from_args
 from .backends.policy import for_python_model
-from .decode import mbr as mbr_
-from .decode import rerank as rerank_
 from .decode.align import pharaoh
-from .decode.search_options import SampleConfig, SearchOptions
+from .decode.search_options import SearchOptions, add_search_arguments, as_flags
 from .text import files as files_
 from .text import streaming as stream_
 from .text.document import reassemble, sentences, source_language, split_text
@@ -49,21 +51,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model directory")
     p.add_argument("--ensemble", nargs="+", default=[], metavar="DIR", help="more model directories to ensemble")
     p.add_argument("--output", "-o", help="write here instead of stdout")
-    search = p.add_argument_group("search (defaults: the paper, §6.1)")
-    search.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy")
-    search.add_argument("--alpha", type=float, default=0.6, help="length penalty ((5+|Y|)/6)^alpha")
-    search.add_argument("--max-len-a", type=float, default=1.0, help="max output length = a*source length + b")
-    search.add_argument("--max-len-b", type=int, default=50)
-    search.add_argument("--nbest", type=int, default=1, help="print the N best hypotheses (Moses n-best format)")
-    search.add_argument("--scores", action="store_true", help="prefix each line with its score and a tab")
-    mbr_.add_arguments(search)
-    rerank_.add_arguments(search)
-    sample = p.add_argument_group("sampling (instead of search)")
-    sample.add_argument("--sample", action="store_true", help="sample tokens instead of searching")
-    sample.add_argument("--temperature", type=float, default=1.0)
-    sample.add_argument("--top-k", type=int, default=0, help="0 = no top-k filter")
-    sample.add_argument("--top-p", type=float, default=1.0, help="1.0 = no nucleus filter")
-    sample.add_argument("--seed", type=int, default=1, help="line i is sampled with seed + i")
+    add_search_arguments(p.add_argument_group("search (defaults: the paper, §6.1)"))
+    lines = p.add_argument_group("line mode's output")
+    lines.add_argument("--scores", action="store_true", help="prefix each line with its score and a tab")
+    lines.add_argument(
+        "--alignments",
+        action="store_true",
+        help="append ' ||| ' and word alignments in Pharaoh format (src-tgt) to each translation",
+    )
+    lines.add_argument(
+        "--alignment-layer",
+        type=int,
+        default=None,
+        metavar="L",
+        help="decoder layer (from 0) whose attention aligns (default: the last)",
+    )
     run_ = p.add_argument_group("running")
     run_.add_argument("--batch-tokens", type=int, default=4096, help="padded source tokens per batch")
     run_.add_argument("--batch-size", type=int, default=None, help="at most this many sentences per batch")
@@ -90,18 +92,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="read, translate and write about N sentences at a time (memory does not grow "
         "with the input; the output does not depend on N)",
     )
-    search.add_argument(
-        "--alignments",
-        action="store_true",
-        help="append ' ||| ' and word alignments in Pharaoh format (src-tgt) to each translation",
-    )
-    search.add_argument(
-        "--alignment-layer",
-        type=int,
-        default=None,
-        metavar="L",
-        help="decoder layer (from 0) whose attention aligns (default: the last)",
-    )
+    _add_text_arguments(p)
+
+
+def _add_text_arguments(p: argparse.ArgumentParser) -> None:
+    """Terms, documents, HTML and files (docs/documents.md)."""
     terms = p.add_argument_group("terminology (docs/documents.md)")
     terms.add_argument(
         "--glossary",
@@ -138,58 +133,78 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _options(args) -> dict:
-    """The keyword arguments of :meth:`Translator.translate` the flags give, the search settings as one
-    :class:`SearchOptions`."""
-    sample = SampleConfig(args.temperature, args.top_k, args.top_p, args.seed) if args.sample else None
-    if args.nbest > args.beam and not args.sample:
-        raise ValueError(f"--nbest {args.nbest} needs --beam of at least {args.nbest}")
-    mbr = mbr_.from_args(args)
-    if mbr is not None and (args.nbest > 1 or args.sample):
-        raise ValueError("--mbr chooses one translation from the beam: it goes with neither --nbest nor --sample")
-    rerank = rerank_.from_args(args)
-    if rerank is not None and (args.nbest > 1 or args.sample or mbr is not None):
-        raise ValueError(
-            "--rerank chooses one translation from the beam: it goes with neither --nbest, --sample nor --mbr"
-        )
-    return dict(
-        search=SearchOptions(args.beam, args.alpha, args.max_len_a, args.max_len_b, args.nbest, sample),
+def _options(args, search: SearchOptions) -> dict:
+    """The keyword arguments of :meth:`Translator.translate` (and of the text functions around it) the flags
+    give; streamed lines and documents take :class:`Translation` s (scores, tokens counted), with alignments
+    when asked."""
+    options = dict(
+        search=search,
         batch_tokens=args.batch_tokens,
         batch_size=args.batch_size,
         truncate=not args.no_truncate,
-        return_scores=True,
-        mbr=mbr,
-        rerank=rerank,
         target_lang=args.target_lang,
-        alignments=args.alignments,
-        alignment_layer=args.alignment_layer,
     )
+    if _mode(args) in ("lines", "document"):
+        options["return_scores"] = True
+    if args.alignments:
+        options.update(alignments=True, alignment_layer=args.alignment_layer)
+    return options
 
 
-def format_results(results: list, nbest: int, scores: bool, first_line: int = 0) -> list[str]:
-    if nbest > 1:
-        return [
-            f"{first_line + i} ||| {t.text} ||| {t.score:.4f}{_alignment(t)}"
-            for i, hyps in enumerate(results)
-            for t in hyps
-        ]
-    return [(f"{t.score:.4f}\t{t.text}" if scores else t.text) + _alignment(t) for t in results]
+def _mode(args) -> str:
+    """What is written: a translated ``file`` (--input), ``html``, a ``document``, or ``lines`` (line mode)."""
+    if args.input is not None:
+        return "file"
+    if args.format == "html":
+        return "html"
+    return "document" if args.document else "lines"
 
 
-def _alignment(t) -> str:
-    """`` ||| 0-0 1-2`` for a translation carrying an alignment, else nothing."""
-    return "" if getattr(t, "alignment", None) is None else f" ||| {pharaoh(t.alignment)}"
+def _check(args, search: SearchOptions) -> None:
+    """Before the model loads: the inputs are there and the flags say one thing. A translated text (a file,
+    HTML, a document) holds one translation per sentence (the library's rule: :meth:`SearchOptions.check`)
+    and none of line mode's extras; terms go through constrained search (its rule too)."""
+    if args.chunk < 1:
+        raise ValueError(f"--chunk must be at least 1, got {args.chunk}")
+    for path in args.files:
+        suffix = Path(path).suffix.lower()
+        if suffix in files_.OFFICE or suffix in files_.NOT_SUPPORTED:
+            files_.suffix_of(path)  # an unsupported one says so
+            raise ValueError(
+                f"{path} is a {suffix} file, not lines of text: translate it with --input {path} --output FILE"
+            )
+    mode = _mode(args)
+    if mode == "file":
+        _check_input(args)
+    flag = {"file": "--input", "html": "--format html", "document": "--document"}.get(mode, "")
+    with as_flags():
+        search.check(one=flag, constrained=bool(args.glossary or args.constraints))
+    if mode == "lines":
+        return
+    extras = (("--scores", args.scores), ("--alignments", args.alignments), ("--constraints", args.constraints))
+    used = [name for name, on in extras if on]
+    if used:
+        raise ValueError(f"{flag} writes a translated text, not lines: {', '.join(used)} go with line mode only")
+    if args.glossary and mode != "document":
+        raise ValueError(f"{flag}: this translation takes no glossary (--glossary: line mode and --document)")
+
+
+def _reads_attention(args) -> bool:
+    """A job that reads one PyTorch model's attention or steps: alignments, HTML tags, markup in a file, terms."""
+    if args.input is not None:
+        return files_.suffix_of(args.input) not in (".txt", ".srt")
+    return bool(args.alignments or args.format == "html" or args.glossary or args.constraints)
 
 
 def run(args) -> int:
     from .api import load
 
-    options = _options(args)
+    search = SearchOptions.from_args(args)
+    _check(args, search)
+    options = _options(args, search)
     backend = backend_from_args(args)
-    structured = args.input is not None and _check_input(args, backend)
-    if args.alignments or args.format == "html" or args.glossary or args.constraints or structured:
-        backend = for_python_model(backend)
-    _check_document(args, backend)
+    if _reads_attention(args):
+        backend = for_python_model(backend)  # auto: fp32 (backends/policy.py)
     torch.set_num_threads(args.threads)
     translator = load(args.model, args.device, ensemble=args.ensemble, channel=args.channel, backend=backend)
     print(f"transduce translate: {translator.fast_paths.line()}", file=sys.stderr)
@@ -213,16 +228,15 @@ def run(args) -> int:
         print(
             f"transduce translate: {stats.sentences} sentences, {stats.tokens} output tokens (with eos) in "
             f"{stats.seconds:.2f} s: {stats.sentences / seconds:.1f} sentences/s, {stats.tokens / seconds:.1f} "
-            f"tokens/s ({torch.get_num_threads()} threads, {translator.fast_paths.decoder.name}, beam {args.beam})",
+            f"tokens/s ({torch.get_num_threads()} threads, {translator.fast_paths.decoder.name}, beam {search.beam})",
             file=sys.stderr,
         )
     return 0
 
 
-def _check_input(args, backend: str) -> bool:
-    """``--input FILE``'s checks, before the model loads; True where its format keeps markup (HTML, office
-    files: a single PyTorch model's attention places it)."""
-    suffix = files_.suffix_of(args.input)
+def _check_input(args) -> None:
+    """``--input FILE``'s checks: the file is there, the output another file, and no other input or format."""
+    files_.suffix_of(args.input)
     if args.output is None:
         raise ValueError(f"--input {args.input} needs --output FILE (where the translated file is written)")
     source, target = Path(args.input), Path(args.output)
@@ -230,41 +244,17 @@ def _check_input(args, backend: str) -> bool:
         raise FileNotFoundError(f"--input {args.input}: no such file")
     if source.resolve() == target.resolve() or (target.exists() and target.samefile(source)):
         raise ValueError(f"--output {args.output} is the input file: write the translation to another file")
-    used = [
-        flag
-        for flag, on in [
-            ("input files", args.files),
-            ("--nbest", args.nbest > 1),
-            ("--scores", args.scores),
-            ("--alignments", args.alignments),
-            ("--sample", args.sample),
-            ("--mbr", args.mbr),
-            ("--rerank", args.rerank),
-            ("--glossary", args.glossary),
-            ("--constraints", args.constraints),
-            ("--document", args.document),
-            ("--format html", args.format == "html"),
-        ]
-        if on
-    ]
+    given = [("input files", args.files), ("--document", args.document), ("--format html", args.format == "html")]
+    used = [name for name, on in given if on]
     if used:
-        raise ValueError(f"--input translates one file whole: it goes with neither {', '.join(used)}")
-    markup = suffix not in (".txt", ".srt")
-    if markup and (args.ensemble or is_native(for_python_model(backend))):
-        named = "--ensemble" if args.ensemble else "--native" if args.native else f"--backend {backend}"
-        raise ValueError(
-            f"--input {args.input}: its markup is placed by a single PyTorch model's attention: not with {named}"
-        )
-    return markup
+        raise ValueError(f"--input translates one file, its format by its suffix: not with {', '.join(used)}")
 
 
 def _translate_structured(translator, options: dict, args) -> int:
     """``--input FILE --output OUT``: the file translated with its structure kept (:mod:`transduce.text.files`),
     written to a temporary file beside OUT and renamed onto it, so OUT is never half written."""
-    keep = ("search", "batch_tokens", "batch_size", "truncate", "target_lang")
-    plain = {k: v for k, v in options.items() if k in keep}
     data = Path(args.input).read_bytes()
-    done = files_.translate_file(translator, data, args.input, args.lang, **plain)
+    done = files_.translate_file(translator, data, args.input, args.lang, **options)
     target = Path(args.output)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
     try:
@@ -278,54 +268,19 @@ def _translate_structured(translator, options: dict, args) -> int:
     return 0
 
 
-def _check_document(args, backend: str) -> None:
-    native = is_native(backend)
-    named = "--native" if args.native else f"--backend {backend}"  # as the user spelled it
-    if args.chunk < 1:
-        raise ValueError(f"--chunk must be at least 1, got {args.chunk}")
-    for path in args.files:
-        suffix = Path(path).suffix.lower()
-        if suffix in files_.OFFICE or suffix in files_.NOT_SUPPORTED:
-            files_.suffix_of(path)  # an unsupported one says so
-            raise ValueError(
-                f"{path} is a {suffix} file, not lines of text: translate it with --input {path} --output FILE"
-            )
-    if args.document and (args.nbest > 1 or args.scores or args.alignments):
-        raise ValueError(
-            "--document writes one translated text: it goes with neither --nbest, --scores nor "
-            "--alignments (use line mode for those)"
-        )
-    if args.format == "html" and (
-        args.nbest > 1 or args.scores or args.alignments or args.sample or args.mbr or args.rerank
-    ):
-        raise ValueError(
-            "--format html writes one translated snippet per input: it goes with neither --nbest, "
-            "--scores, --alignments, --sample, --mbr nor --rerank"
-        )
-    if args.glossary or args.constraints:
-        used = [
-            flag
-            for flag, on in [
-                ("--nbest", args.nbest > 1),
-                ("--sample", args.sample),
-                ("--mbr", args.mbr),
-                ("--rerank", args.rerank),
-                ("--alignments", args.alignments),
-                ("--format html", args.format == "html"),
-                (named, native),
-                ("--ensemble", args.ensemble),
-                ("--scores", args.scores),
-                ("--constraints with --document", args.constraints and args.document),
-            ]
-            if on
+def format_results(results: list, nbest: int, scores: bool, first_line: int = 0) -> list[str]:
+    if nbest > 1:
+        return [
+            f"{first_line + i} ||| {t.text} ||| {t.score:.4f}{_alignment(t)}"
+            for i, hyps in enumerate(results)
+            for t in hyps
         ]
-        if used:
-            raise ValueError(f"terminology (--glossary, --constraints) is not supported with {', '.join(used)}")
-    if (args.alignments or args.format == "html") and (native or args.ensemble):
-        raise ValueError(
-            "--alignments and --format html need a single PyTorch model's attention: "
-            f"not with {named} (the C++ step) or --ensemble"
-        )
+    return [(f"{t.score:.4f}\t{t.text}" if scores else t.text) + _alignment(t) for t in results]
+
+
+def _alignment(t) -> str:
+    """`` ||| 0-0 1-2`` for a translation carrying an alignment, else nothing."""
+    return "" if getattr(t, "alignment", None) is None else f" ||| {pharaoh(t.alignment)}"
 
 
 def _translate_file(translator, options: dict, args, path: str | None, out) -> stream_.StreamStats:
@@ -354,8 +309,6 @@ def _translate_fn(translator, options: dict, args):
     from .text.terminology import Glossary, translate_with_terms
 
     glossary = Glossary.load(args.glossary, translator.vocabs.src.lowercase) if args.glossary else None
-    keep = ("search", "batch_tokens", "batch_size", "truncate", "return_scores")
-    plain = {k: v for k, v in options.items() if k in keep}
 
     def translate(batch):
         if args.constraints:
@@ -363,7 +316,7 @@ def _translate_fn(translator, options: dict, args):
             batch, constraints = [f[0] for f in fields], [[t for t in f[1:] if t.strip()] for f in fields]
         else:
             constraints = None
-        return translate_with_terms(translator, batch, constraints, glossary=glossary, **plain)
+        return translate_with_terms(translator, batch, constraints, glossary=glossary, **options)
 
     return translate
 

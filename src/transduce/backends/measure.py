@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ..decode.search_options import PAPER, SearchOptions
 from ..decode.translator import Translator
 from ..fastpaths import Choice, FastPaths
 from ..modeldir import load_model_dir
@@ -37,17 +38,17 @@ def _translator(model_dir: Path, backend: str):
     return Translator(decoder, vocabs, torch.device("cpu"), meta, fast_paths=FastPaths(decoder=ran))
 
 
-def _decode(model_dir: Path, sources: list[str], beam: int, alpha: float, batch_tokens: int) -> dict[str, Any]:
-    """Each measured backend's output and speed on ``sources`` at one thread."""
+def _decode(model_dir: Path, sources: list[str], search: SearchOptions, batch_tokens: int) -> dict[str, Any]:
+    """Each measured backend's output and speed on ``sources`` with ``search`` at one thread."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         out = {}
         for backend in MEASURED:
             translator = _translator(model_dir, backend)
-            translator.translate(sources[:1], beam=beam, alpha=alpha)  # warm-up: lazy set-up is not decoding
+            translator.translate(sources[:1], search)  # warm-up: lazy set-up is not decoding
             start = time.perf_counter()
-            hyps = translator.translate(sources, beam=beam, alpha=alpha, batch_tokens=batch_tokens)
+            hyps = translator.translate(sources, search, batch_tokens=batch_tokens)
             seconds = time.perf_counter() - start
             words = sum(len(h.split()) for h in hyps)
             out[backend] = {"hyps": hyps, "seconds": seconds, "words_per_s": round(words / max(seconds, 1e-9), 1)}
@@ -72,14 +73,13 @@ def measure(
     refs: list[str],
     lang: str,
     data: str,
-    beam: int = 4,
-    alpha: float = 0.6,
+    search: SearchOptions = PAPER,
     batch_tokens: int = 4096,
     command: str = "",
     metric: str = "bleu",
 ) -> dict[str, Any]:
     """Decode ``sources`` with fp32 and the candidate, score both against ``refs`` (target language ``lang``),
-    time both, and write the record into ``model_dir``; returns it. ``data`` names the sentences in the
+    time both (decoding with ``search``, default the paper's), and write the record into ``model_dir``; returns it. ``data`` names the sentences in the
     record; ``metric`` is "bleu" (sacreBLEU) or "tok_lc_bleu" (for lowercased data). Speeds other machines
     recorded for the same weights are kept."""
     from ..metrics import score_translations
@@ -89,7 +89,7 @@ def measure(
     if not sources:
         raise ValueError("no sentences to measure the backends on")
     model_dir = Path(model_dir)
-    decoded = _decode(model_dir, sources, beam, alpha, batch_tokens)
+    decoded = _decode(model_dir, sources, search, batch_tokens)
     scores, result = {}, {}
     for backend in MEASURED:
         result = score_translations(decoded[backend]["hyps"], refs, lang)
@@ -100,7 +100,7 @@ def measure(
         }
     old, _ = read_record(model_dir)
     speed = dict(old.get("speed", {})) if old else {}
-    speed[machine()] = _speed_entry(decoded, len(sources), beam)
+    speed[machine()] = _speed_entry(decoded, len(sources), search.beam)
     record = {
         "candidate": CANDIDATE,
         "metric": metric,
@@ -108,8 +108,8 @@ def measure(
         "scores": scores,
         "data": data,
         "sentences": len(sources),
-        "beam": beam,
-        "alpha": alpha,
+        "beam": search.beam,
+        "alpha": search.alpha,
         "threads": 1,
         "bleu_signature": result["bleu_signature"],
         "weights_sha256": weights_digest(model_dir),
@@ -122,7 +122,7 @@ def measure(
 
 
 def measure_speed(
-    model_dir: str | Path, sources: list[str], beam: int = 4, alpha: float = 0.6, batch_tokens: int = 4096
+    model_dir: str | Path, sources: list[str], search: SearchOptions = PAPER, batch_tokens: int = 4096
 ) -> dict[str, Any]:
     """Time fp32 and the candidate on ``sources`` on this machine and add the speeds to the directory's
     record, whose accuracy must already be measured (an error otherwise); returns the record."""
@@ -132,8 +132,8 @@ def measure_speed(
         raise ValueError(f"speed alone needs a record of accuracy first: {why}")
     if not sources:
         raise ValueError("no sentences to time the backends on")
-    decoded = _decode(model_dir, sources, beam, alpha, batch_tokens)
-    record["speed"] = {**record.get("speed", {}), machine(): _speed_entry(decoded, len(sources), beam)}
+    decoded = _decode(model_dir, sources, search, batch_tokens)
+    record["speed"] = {**record.get("speed", {}), machine(): _speed_entry(decoded, len(sources), search.beam)}
     write_record(model_dir, record)
     return record
 
@@ -172,7 +172,8 @@ def summary(record: dict[str, Any]) -> str:
         verdict = "not faster here: auto stays on fp32"
     else:
         verdict = "auto uses it"
-    timing = f"; {exact:,.0f} against {fast:,.0f} words/s on {machine()}, 1 thread" if fast and exact else ""
+    rate = lambda v: f"{v:,.0f}" if v >= 10 else f"{v:.2g}"  # noqa: E731 - an untrained model's few words/s
+    timing = f"; {rate(exact)} against {rate(fast)} words/s on {machine()}, 1 thread" if fast and exact else ""
     return (
         f"{m} fp32 {s['fp32'][m]:.2f}, {record['candidate']} {s[record['candidate']][m]:.2f} "
         f"({record['delta']:+.2f}{timing}; {verdict}) on {record['sentences']} sentences of {record['data']}"

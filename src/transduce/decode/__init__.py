@@ -2,7 +2,8 @@
 
 translator.py     — Translator: encode, batch (batch-invariant), search, choose, detokenise; Translation
 search.py         — greedy, beam search, sampling, and ``search()``, the one door to them and to constraints
-search_options.py — SearchOptions (beam, alpha, length limits, n-best, sampling) and SampleConfig
+search_options.py — SearchOptions (beam, alpha, length limits, n-best, sampling, MBR, reranking), its rules
+                    and its doors: add_search_arguments / from_args (commands), from_request (the server)
 step.py           — the decoder-step contract (DecoderStep, a typing.Protocol with shapes)
 hypothesis.py     — Hypothesis, the length penalty and the length limit every search shares
 constraints.py    — lexically constrained beam search (dynamic beam allocation); Constraints

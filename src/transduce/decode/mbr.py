@@ -18,29 +18,10 @@ This is a decision rule, not a search: the candidates are exactly beam search's,
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import sacrebleu
 
-UTILITIES = ("bleu", "chrf")
-WEIGHTS = ("model", "uniform")
-
-
-@dataclass
-class MBRConfig:
-    """``candidates``: how many of the beam's finished hypotheses are compared (≤ the beam size)."""
-
-    candidates: int = 5
-    utility: str = "bleu"
-    weights: str = "model"
-
-    def __post_init__(self) -> None:
-        if self.candidates < 1:
-            raise ValueError(f"MBR candidates must be at least 1, got {self.candidates}")
-        if self.utility not in UTILITIES:
-            raise ValueError(f"MBR utility must be one of {', '.join(UTILITIES)}, got {self.utility!r}")
-        if self.weights not in WEIGHTS:
-            raise ValueError(f"MBR weights must be one of {', '.join(WEIGHTS)}, got {self.weights!r}")
+from .search_options import UTILITIES, WEIGHTS, MBRConfig  # noqa: F401 (MBR's settings, named here too)
 
 
 def _metric(utility: str):
@@ -80,27 +61,3 @@ def choose(texts: list[str], logprobs: list[float], config: MBRConfig) -> int:
         return 0
     gains = expected_utilities(texts, logprobs, config)
     return max(range(len(texts)), key=lambda i: (gains[i], -i))
-
-
-def add_arguments(group) -> None:
-    """``--mbr N``, ``--mbr-utility``, ``--mbr-weights`` for ``transduce translate`` and ``evaluate``."""
-    group.add_argument(
-        "--mbr",
-        type=int,
-        default=0,
-        metavar="N",
-        help="minimum Bayes risk: choose among the beam's N best (N <= --beam; 0 = off)",
-    )
-    group.add_argument("--mbr-utility", choices=UTILITIES, default="bleu", help="sentence BLEU or chrF")
-    group.add_argument(
-        "--mbr-weights",
-        choices=WEIGHTS,
-        default="model",
-        help="weigh pseudo-references by model probability or equally",
-    )
-
-
-def from_args(args) -> MBRConfig | None:
-    if args.mbr < 0:
-        raise ValueError(f"--mbr must be 0 (off) or a number of candidates, got {args.mbr}")
-    return MBRConfig(args.mbr, args.mbr_utility, args.mbr_weights) if args.mbr else None

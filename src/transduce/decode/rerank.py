@@ -14,27 +14,10 @@ search's own first choice; the recipe chooses λ on the validation split.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from .hypothesis import Hypothesis
-from .search_options import SearchOptions
-
-
-@dataclass
-class RerankConfig:
-    """``candidates``: how many of the beam's finished hypotheses are rescored (≤ the beam size);
-    ``weight``: λ, the channel term's weight."""
-
-    candidates: int = 5
-    weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.candidates < 1:
-            raise ValueError(f"rerank candidates must be at least 1, got {self.candidates}")
-        if not self.weight >= 0:
-            raise ValueError(f"rerank weight must be >= 0, got {self.weight}")
+from .search_options import RerankConfig, SearchOptions  # noqa: F401 (reranking's settings, named here too)
 
 
 @torch.no_grad()
@@ -104,52 +87,15 @@ def choose(hyps: list[Hypothesis], channel: list[float], weight: float) -> int:
 
 
 def sweep(
-    translator,
-    sentences: list[str],
-    weights: list[float],
-    candidates: int,
-    beam: int,
-    alpha: float,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    batch_tokens: int = 4096,
+    translator, sentences: list[str], weights: list[float], search: SearchOptions, batch_tokens: int = 4096
 ) -> dict[float, list[str]]:
-    """The 1-best text of every sentence for each λ in ``weights``, from one beam search (``candidates``
-    best kept) and one channel scoring: what the recipe compares on the validation split."""
-    if candidates > beam:
-        raise ValueError(f"reranking {candidates} candidates needs a beam of at least that, got {beam}")
+    """The 1-best text of every sentence for each λ in ``weights``, from one beam search (``search``, whose
+    ``rerank`` names the candidates kept; its weight is each of ``weights`` in turn) and one channel scoring:
+    what the recipe compares on the validation split."""
+    if search.rerank is None:
+        raise ValueError("sweep reranks: give search=SearchOptions(rerank=RerankConfig(candidates))")
     sources = translator.encode_sources(sentences)
-    options = SearchOptions(beam, alpha, max_len_a, max_len_b, candidates)
-    nbest = translator.search(sources, options, batch_tokens=batch_tokens)
+    nbest = translator.search(sources, search.searched, batch_tokens=batch_tokens)
     channel = translator.channel_scores(sources, nbest, batch_tokens)
     decode = translator.vocabs.tgt.decode
     return {w: [decode(hyps[choose(hyps, c, w)].tokens) for hyps, c in zip(nbest, channel)] for w in weights}
-
-
-def add_arguments(group) -> None:
-    """``--channel DIR``, ``--rerank N``, ``--rerank-weight λ`` for ``transduce translate`` and ``evaluate``."""
-    group.add_argument(
-        "--channel", metavar="DIR", help="target→source model directory for --rerank (a BiT run's RUN/bit-model is one)"
-    )
-    group.add_argument(
-        "--rerank",
-        type=int,
-        default=0,
-        metavar="N",
-        help="noisy-channel reranking of the beam's N best with --channel (N <= --beam; 0 = off)",
-    )
-    group.add_argument(
-        "--rerank-weight",
-        type=float,
-        default=1.0,
-        metavar="LAMBDA",
-        help="weight of the channel score log p(x|y)/(|x|+1) (default 1.0)",
-    )
-
-
-def from_args(args) -> RerankConfig | None:
-    if args.rerank < 0:
-        raise ValueError(f"--rerank must be 0 (off) or a number of candidates, got {args.rerank}")
-    if args.rerank and not args.channel:
-        raise ValueError("--rerank needs --channel DIR (a target→source model)")
-    return RerankConfig(args.rerank, args.rerank_weight) if args.rerank else None

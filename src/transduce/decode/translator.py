@@ -22,13 +22,12 @@ import torch
 from ..data.vocab import Vocabs, language_tokens
 from ..fastpaths import FastPaths
 from . import rerank as rerank_
-from .align import align
+from .align import align, check_model
 from .constraints import Constraints
 from .hypothesis import Hypothesis
 from .mbr import MBRConfig, choose
-from .rerank import RerankConfig
 from .search import search
-from .search_options import SampleConfig, SearchOptions
+from .search_options import SearchOptions
 
 PAD_MULTIPLE = 8
 
@@ -160,63 +159,55 @@ class Translator:
     def translate(
         self,
         sentences: list[str],
-        beam: int | None = None,
-        alpha: float | None = None,
-        max_len_a: float | None = None,
-        max_len_b: int | None = None,
-        nbest: int | None = None,
-        sample: SampleConfig | None = None,
+        search: SearchOptions | None = None,
+        *,
         batch_tokens: int = 4096,
         batch_size: int | None = None,
         sort: bool = True,
         truncate: bool = True,
         return_scores: bool = False,
-        mbr: MBRConfig | None = None,
-        rerank: RerankConfig | None = None,
         target_lang: str | None = None,
         alignments: bool | str = False,
         alignment_layer: int | None = None,
-        *,
-        search: SearchOptions | None = None,
         sources: list[list[int] | None] | None = None,
+        **loose,
     ) -> list:
         """Translate ``sentences`` (one per item); results come back in input order.
 
-        ``search`` holds the search settings (:class:`~transduce.decode.search_options.SearchOptions`: beam,
-        alpha, length limits, n-best, sampling; default: the paper's); ``beam=``, ``alpha=``, ``max_len_a=``,
-        ``max_len_b=``, ``nbest=`` and ``sample=`` are the same settings given one by one.
+        ``search`` holds how to decode (:class:`~transduce.decode.search_options.SearchOptions`: beam, alpha,
+        length limits, n-best, sampling, MBR, reranking; default: the paper's). The same settings given one by
+        one (``beam=4, alpha=0.6, mbr=...``) still work, with a DeprecationWarning.
 
         Returns ``list[str]``; with ``nbest > 1`` a list of n-best lists; with
         ``return_scores`` :class:`Translation` objects instead of strings. ``beam=1`` or
         ``sample`` use single-hypothesis decoding. An empty (or blank) line gives "".
-        ``mbr`` picks each output from the beam's ``mbr.candidates`` best by minimum Bayes
-        risk (:mod:`~transduce.decode.mbr`) instead of taking the first; ``rerank`` picks it by the
+        ``search.mbr`` picks each output from the beam's ``mbr.candidates`` best by minimum Bayes
+        risk (:mod:`~transduce.decode.mbr`) instead of taking the first; ``search.rerank`` picks it by the
         direct score plus the channel model's (:mod:`~transduce.decode.rerank`). ``target_lang`` chooses a
         multilingual model's target language (its ``>>code<<`` token; :attr:`target_languages` lists them).
         ``alignments``
         returns :class:`Translation` objects whose ``alignment`` holds word pairs from the
         encoder–decoder attention of decoder layer ``alignment_layer`` (:mod:`~transduce.decode.align`;
-        ``alignments="cover"`` also aligns each source word no target word chose).
+        ``alignments="cover"`` also aligns each source word no target word chose); it needs a single model
+        (a C++ step aligns with the PyTorch model it stands for), not an ensemble.
         ``sources``: the sentences as :meth:`encode_sources` gave them (same ``target_lang`` and ``truncate``),
         where the caller has encoded them already (a server counting tokens): they are not encoded again.
         """
-        options = SearchOptions.of(
-            search, beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b, nbest=nbest, sample=sample
-        )
-        options = self.chooser_options(options, mbr, rerank)
+        options = SearchOptions.deprecated("Translator.translate", search, loose)
+        if options.rerank is not None and self.channel is None:
+            raise ValueError("reranking needs a channel model (target→source): load(..., channel=DIR)")
+        if alignments:
+            check_model(self.model)  # before searching: an ensemble has no one attention to align with
         if sources is None:
             sources = self.encode_sources(sentences, truncate, target_lang)
         elif len(sources) != len(sentences):
             raise ValueError(f"{len(sources)} encoded sources for {len(sentences)} sentences")
-        results = self.search(sources, options, batch_tokens, batch_size, sort)
-        nbest = options.nbest
-        if mbr is not None:
-            results = [[hyps[self._mbr_pick(hyps, mbr)]] for hyps in results]
-            nbest = 1
-        if rerank is not None:
+        results = self.search(sources, options.searched, batch_tokens, batch_size, sort)
+        if options.mbr is not None:
+            results = [[hyps[self._mbr_pick(hyps, options.mbr)]] for hyps in results]
+        if options.rerank is not None:
             channel = self.channel_scores(sources, results, batch_tokens)
-            results = [[hyps[rerank_.choose(hyps, c, rerank.weight)]] for hyps, c in zip(results, channel)]
-            nbest = 1
+            results = [[hyps[rerank_.choose(hyps, c, options.rerank.weight)]] for hyps, c in zip(results, channel)]
         out = [[self._wrap(h, return_scores or alignments) for h in hyps] for hyps in results]
         if alignments:
             flat = [(n, t) for n, hyps in enumerate(out) for t in hyps]
@@ -230,32 +221,7 @@ class Translator:
             )
             for (_, t), a in zip(flat, pairs):
                 t.alignment = a
-        return [o[0] for o in out] if nbest == 1 else out
-
-    def chooser_options(
-        self, options: SearchOptions, mbr: MBRConfig | None, rerank: RerankConfig | None
-    ) -> SearchOptions:
-        """The search that MBR or reranking choose from: ``options`` with ``nbest`` = their candidates, after
-        checking that the modes combine (one output per line; the beam holds the candidates)."""
-        if mbr is not None:
-            if options.sample is not None or options.nbest != 1:
-                raise ValueError("MBR chooses one output per line from the beam: no sampling, nbest=1")
-            if mbr.candidates > options.beam:
-                raise ValueError(
-                    f"MBR over {mbr.candidates} candidates needs a beam of at least that, got {options.beam}"
-                )
-            options = options.replace(nbest=mbr.candidates)
-        if rerank is not None:
-            if self.channel is None:
-                raise ValueError("reranking needs a channel model (target→source): load(..., channel=DIR)")
-            if options.sample is not None or options.nbest != 1 or mbr is not None:
-                raise ValueError("reranking chooses one output per line from the beam: no sampling, nbest=1, no MBR")
-            if rerank.candidates > options.beam:
-                raise ValueError(
-                    f"reranking {rerank.candidates} candidates needs a beam of at least that, got {options.beam}"
-                )
-            options = options.replace(nbest=rerank.candidates)
-        return options
+        return [o[0] for o in out] if options.nbest == 1 else out
 
     def search(
         self,
@@ -299,6 +265,14 @@ class Translator:
     ) -> tuple[float, int]:
         """Teacher-forced negative log-likelihood of ``references`` (sum, in nats) and its token
         count (target tokens + eos), for perplexity. Empty source lines are skipped."""
+        per_sentence = self.sentence_nll(sources, references, batch_tokens, model)
+        return sum(nll for nll, _ in per_sentence), sum(n for _, n in per_sentence)
+
+    def sentence_nll(
+        self, sources: list[str], references: list[str], batch_tokens: int = 4096, model=None
+    ) -> list[tuple[float, int]]:
+        """Per sentence, in input order: the reference's teacher-forced negative log-likelihood (nats) and its
+        token count (target tokens + eos); ``(0.0, 0)`` for an empty source line, which is skipped."""
         model = model if model is not None else self.model
         if not hasattr(model, "decode"):
             raise ValueError("reference perplexity needs a single model, not an ensemble")
@@ -308,15 +282,16 @@ class Translator:
             [cfg.bos_id] + ids[: cfg.max_positions - 1] + [cfg.eos_id]
             for ids in self.vocabs.tgt.encode_batch(references)
         ]
-        total, count = 0.0, 0
+        out = [(0.0, 0)] * len(sources)
         for index in self.batches(src, batch_tokens, None):
             s = self.tensor([src[i] for i in index])
             width = max(len(tgt[i]) for i in index)
             t = torch.tensor([tgt[i] + [cfg.pad_id] * (width - len(tgt[i])) for i in index], device=self.device)
             logits = model(s, t[:, :-1]).float()  # (B, T, V)
             nll = torch.nn.functional.cross_entropy(
-                logits.transpose(1, 2), t[:, 1:], ignore_index=cfg.pad_id, reduction="sum"
-            )
-            total += nll.item()
-            count += int((t[:, 1:] != cfg.pad_id).sum())
-        return total, count
+                logits.transpose(1, 2), t[:, 1:], ignore_index=cfg.pad_id, reduction="none"
+            )  # (B, T)
+            sums, counts = nll.sum(1).tolist(), (t[:, 1:] != cfg.pad_id).sum(1).tolist()
+            for k, i in enumerate(index):
+                out[i] = (sums[k], int(counts[k]))
+        return out

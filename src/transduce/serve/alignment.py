@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..decode.align import WORD_START, check_model, cross_attention, word_of_pieces
+from ..decode.search_options import SearchOptions
 
 
 def word_spans(pieces: list[str]) -> list[tuple[str, int, int]]:
@@ -51,19 +52,18 @@ EMPTY = {"translation": "", "source_words": [], "target_words": [], "weights": [
 def word_alignments(
     translator,
     sentences: list[str],
-    beam: int,
+    search: SearchOptions | None = None,
     target_lang: str | None = None,
     sources: list | None = None,
-    alpha: float = 0.6,
 ) -> list[dict]:
-    """Translate ``sentences`` together (``beam``, length penalty ``alpha``) and give each one's
+    """Translate ``sentences`` together (``search``, default the paper's) and give each one's
     :func:`word_alignment` (blank lines: empty); ``sources``: the sentences already encoded
     (:meth:`Translator.encode_sources`), else encoded here once."""
     model, vocabs = check_model(translator.model), translator.vocabs
     if sources is None:
         sources = translator.encode_sources(sentences, truncate=False, target_lang=target_lang)
     results = translator.translate(
-        sentences, beam=beam, alpha=alpha, return_scores=True, truncate=False, target_lang=target_lang, sources=sources
+        sentences, search, return_scores=True, truncate=False, target_lang=target_lang, sources=sources
     )
     keep = [n for n, ids in enumerate(sources) if ids is not None]
     out = [dict(EMPTY) for _ in sentences]

@@ -36,7 +36,7 @@ class Job:
     """One request: its sentences, the options that must match to share a batch, its size."""
 
     sentences: list[str]
-    key: Hashable  # the job's options (service.Search, service.Attention): batched together only when equal
+    key: Hashable  # the job's options (service.Translate, service.Attention): batched together only when equal
     tokens: int  # source tokens incl. eos, for the token budget
     sources: list = field(default_factory=list)  # the sentences encoded (source ids), one per sentence
     future: Future = field(default_factory=Future)

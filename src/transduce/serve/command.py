@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from ..backends.options import add_backend_arguments, backend_from_args
+from ..decode.search_options import SearchOptions, add_search_arguments, as_flags
 from .files import FileStore, default_folder
 from .keys import Access, read_keys
 from .registry import ModelSpec, read_models
@@ -86,6 +87,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="*",
         help="comma-separated origins browsers may call from (default '*', any; '' sends no CORS headers)",
     )
+    _add_suggestions_and_files(parser)
+    parser.add_argument(
+        "--char-limit",
+        type=int,
+        default=lt_env("CHAR_LIMIT", d.char_limit),
+        help="characters per LibreTranslate request, all texts together (default 0: no limit)",
+    )
+    parser.add_argument(
+        "--require-api-key",
+        choices=("remote", "always"),
+        default="remote",
+        help="with --api-keys: who must send a key (default: clients not on this machine)",
+    )
+    parser.add_argument(
+        "--key-limit",
+        type=int,
+        default=0,
+        help="requests per minute for keys without their own number (default 0: no limit)",
+    )
+    parser.add_argument(
+        "--req-limit",
+        type=int,
+        default=lt_env("REQ_LIMIT", 0),
+        help="requests per minute per client address without a key (default 0: no limit)",
+    )
+    search = parser.add_argument_group("search of the LibreTranslate API and the page (α 0: no length penalty)")
+    add_search_arguments(search, modes=(), lengths=False)
+    _add_limits(parser, d)
+
+
+def _add_suggestions_and_files(parser: argparse.ArgumentParser) -> None:
+    """Where suggestions and translated files are kept."""
     parser.add_argument(
         "--suggestions",
         type=Path,
@@ -114,37 +147,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--disable-files-translation", action="store_true", help="no POST /translate_file (LibreTranslate's flag)"
     )
-    parser.add_argument(
-        "--char-limit",
-        type=int,
-        default=lt_env("CHAR_LIMIT", d.char_limit),
-        help="characters per LibreTranslate request, all texts together (default 0: no limit)",
-    )
-    parser.add_argument(
-        "--require-api-key",
-        choices=("remote", "always"),
-        default="remote",
-        help="with --api-keys: who must send a key (default: clients not on this machine)",
-    )
-    parser.add_argument(
-        "--key-limit",
-        type=int,
-        default=0,
-        help="requests per minute for keys without their own number (default 0: no limit)",
-    )
-    parser.add_argument(
-        "--req-limit",
-        type=int,
-        default=lt_env("REQ_LIMIT", 0),
-        help="requests per minute per client address without a key (default 0: no limit)",
-    )
-    parser.add_argument("--beam", type=int, default=d.beam, help="beam of the LibreTranslate API and the page")
-    parser.add_argument(
-        "--alpha",
-        type=float,
-        default=d.alpha,
-        help="length penalty α of the LibreTranslate API and the page (default 0.6, the paper's; 0: none)",
-    )
+
+
+def _add_limits(parser: argparse.ArgumentParser, d: Settings) -> None:
+    """The server's limits per request and its batching (defaults: ``d``)."""
     parser.add_argument(
         "--max-sentences",
         "--batch-limit",
@@ -185,10 +191,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         if value < 0 or (value == 0 and not zero):
             must = "must not be negative" if zero else "must be positive"
             raise ValueError(f"--{key.replace('_', '-')} {must}, got {value}")
-    if s.beam > s.max_beam:
-        raise ValueError(f"--beam {s.beam} is larger than --max-beam {s.max_beam}")
-    if s.alpha > 10:
-        raise ValueError(f"--alpha must be between 0 and 10, got {s.alpha}")
+    with as_flags():  # the server's own search, within the limits it holds requests to
+        SearchOptions.from_request({"beam": s.beam, "alpha": s.alpha}, max_beam=s.max_beam)
     for key in ("memory_budget_mb", "key_limit", "req_limit"):
         if getattr(args, key) < 0:
             raise ValueError(f"--{key.replace('_', '-')} must not be negative, got {getattr(args, key)}")

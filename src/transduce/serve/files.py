@@ -98,7 +98,8 @@ async def translate_file(service: Service, store: FileStore, request: Request) -
     done = []
     if units.texts:
         hops = route(service, fields, units.plain)
-        run = run_html(service, hops, units.texts) if units.markup else run_text(service, hops, units.texts, 1)
+        search = service.settings.search  # the server's, one translation per text
+        run = (run_html if units.markup else run_text)(service, hops, units.texts, search)
         done = [out[0] for out in await run]
     stored = store.put(name or f"file{suffix}", units.write(done))
     return {"translatedFileUrl": str(request.url_for("libre_download_file", name=stored))}

@@ -35,10 +35,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from .. import langid
+from ..decode.search_options import BadSearch, SearchOptions
 from ..text.markup import translate_html_batch
-from .fields import api_key, as_int, client_host, error, ignore_unknown, read_fields
+from .fields import api_key, client_host, error, ignore_unknown, read_fields
 from .languages import Hop, check_pair, detect_sources, listing, not_available, plan, same_language
-from .service import Rejected, Search, Service
+from .service import Rejected, Service, Translate
 from .texts import aligned, keep_case, needs_model, repaired_html, split
 
 FIELDS = {"q", "source", "target", "format", "alternatives", "beam", "api_key", "secret"}
@@ -73,26 +74,23 @@ def check_sentences(service: Service, sentences: list[str]) -> None:
             )
 
 
-async def run_text(service: Service, hops: list[Hop], texts: list[str], nbest: int, beam: int = 0) -> list[list[str]]:
-    """Each text through ``hops``: best first, then ``nbest - 1`` alternatives (sentence by sentence), with
-    ``beam`` (0: ``--beam``; at least ``nbest``) and ``--alpha``. Sentences with nothing to translate skip
-    the model, and none is lost (:mod:`~transduce.serve.texts`)."""
-    beam = max(beam or service.settings.beam, nbest)
+async def run_text(service: Service, hops: list[Hop], texts: list[str], search: SearchOptions) -> list[list[str]]:
+    """Each text through ``hops`` with ``search``: best first, then ``search.nbest - 1`` alternatives (sentence by
+    sentence; the hops before the last give one). Sentences with nothing to translate skip the model, and none
+    is lost (:mod:`~transduce.serve.texts`)."""
     current = texts
     for k, hop in enumerate(hops):
         last = k == len(hops) - 1
         parts = split(current, langid.base_language(hop.source))
         check_sentences(service, parts.sentences)
-        n = nbest if last else 1
+        hop_search = search if last else search.replace(nbest=1)
         wanted = parts.to_translate
-        alpha = service.settings.alpha
-        results = (
-            await service.translate(hop.spec, wanted, beam, n, alpha, "q", hop.target_lang, False) if wanted else []
-        )
+        results = await service.translate(hop.spec, wanted, hop_search, "q", hop.target_lang, False) if wanted else []
         ranked = parts.fill([[h.text for h in r] if isinstance(r, list) else [r.text] for r in results])
         if not last:
             current = parts.join([r[0] for r in ranked])
             continue
+        n = search.nbest
         return [list(t) for t in zip(*(parts.join([r[min(j, len(r) - 1)] for r in ranked]) for j in range(n)))]
     return [[t] for t in current]
 
@@ -107,35 +105,33 @@ class _Batched:
     def __init__(self, service: Service, hop: Hop, loop: asyncio.AbstractEventLoop):
         self.service, self.hop, self.loop = service, hop, loop
 
-    def translate(self, sentences: list[str], alignments="cover", alignment_layer=None, **options) -> list:
-        job = Search(
-            options.get("beam", 4), options.get("alpha", 0.6), 1, self.hop.target_lang, alignments, alignment_layer
-        )
-        self.service.check_search(job.beam, 1, job.alpha)
+    def translate(
+        self, sentences: list[str], search: SearchOptions | None = None, alignments="cover", alignment_layer=None, **_
+    ) -> list:
+        job = Translate(search or self.service.settings.search, self.hop.target_lang, alignments, alignment_layer)
         wanted = [s for s in sentences if needs_model(s)]
         self.service.check_text(self.hop.spec, wanted, "q", count=False)
         done = iter(self._run(wanted, job) if wanted else [])
         return [aligned(s, next(done) if needs_model(s) else None) for s in sentences]
 
-    def _run(self, sentences: list[str], job: Search) -> list:
+    def _run(self, sentences: list[str], job: Translate) -> list:
         work = self.service.run(self.hop.spec, sentences, job, "q")
         return asyncio.run_coroutine_threadsafe(work, self.loop).result()
 
 
-async def run_html(service: Service, hops: list[Hop], texts: list[str], beam: int = 0) -> list[list[str]]:
-    """Each HTML snippet through ``hops`` with ``beam`` (0: ``--beam``) and ``--alpha``."""
+async def run_html(service: Service, hops: list[Hop], texts: list[str], search: SearchOptions) -> list[list[str]]:
+    """Each HTML snippet through ``hops`` with ``search`` (one translation per sentence)."""
     current = [repaired_html(t, i) for i, t in enumerate(texts)]
     loop = asyncio.get_running_loop()
-    search = {"beam": beam or service.settings.beam, "alpha": service.settings.alpha}
     for hop in hops:
         translator = _Batched(service, hop, loop)
         lang = langid.base_language(hop.source)
-        current = await asyncio.to_thread(translate_html_batch, translator, current, lang, **search)
+        current = await asyncio.to_thread(translate_html_batch, translator, current, lang, search=search)
     return [[t] for t in current]
 
 
 async def run_group(
-    service: Service, source: str, target: str, texts: list[str], fmt: str, nbest: int, beam: int
+    service: Service, source: str, target: str, texts: list[str], fmt: str, search: SearchOptions
 ) -> tuple[list[list[str]], list[str]]:
     """``texts``, all in ``source``, into ``target``: each text's outputs (best first) and the pairs they went
     through; plain text keeps the case of a text all in lower or upper case (:func:`~.texts.keep_case`).
@@ -150,24 +146,22 @@ async def run_group(
         raise Rejected(400, not_available(source, target)) from None
     route = [h.pair for h in hops]
     if fmt == "html":
-        return await run_html(service, hops, texts, beam), route
-    done = await run_text(service, hops, texts, nbest, beam)
+        return await run_html(service, hops, texts, search.replace(nbest=1)), route
+    done = await run_text(service, hops, texts, search)
     return [[keep_case(text, t) for t in out] for text, out in zip(texts, done)], route
 
 
-def read_search(service: Service, fields: dict[str, Any]) -> tuple[str, int, int]:
-    """A /translate request's ``format``, ``alternatives`` and ``beam``, checked (400 naming the field)."""
+def read_search(service: Service, fields: dict[str, Any]) -> tuple[str, SearchOptions]:
+    """A /translate request's ``format``, and its search: ``alternatives`` and ``beam`` over the server's
+    (:meth:`SearchOptions.from_request`), checked (400 naming the field)."""
     fmt = fields.get("format", "text")
     if fmt not in ("text", "html"):
         raise Rejected(400, f"Invalid request: format must be 'text' or 'html', got {fmt!r}")
-    max_beam = service.settings.max_beam
-    alternatives = as_int(fields.get("alternatives", 0), "alternatives")
-    if not 0 <= alternatives < max_beam:
-        raise Rejected(400, f"Invalid request: alternatives must be between 0 and {max_beam - 1}")
-    beam = as_int(fields.get("beam", service.settings.beam), "beam")
-    if not 1 <= beam <= max_beam:
-        raise Rejected(400, f"Invalid request: beam must be between 1 and {max_beam}, got {beam}")
-    return fmt, alternatives, beam
+    asked = {k: fields[k] for k in ("alternatives", "beam") if k in fields}
+    try:
+        return fmt, SearchOptions.from_request(asked, service.settings.search, service.settings.max_beam)
+    except BadSearch as e:
+        raise Rejected(400, f"Invalid request: {e}") from None
 
 
 async def translate(service: Service, request: Request) -> dict:
@@ -186,7 +180,7 @@ async def translate(service: Service, request: Request) -> dict:
     texts = q if batch else [q]
     if not all(isinstance(t, str) for t in texts):
         raise Rejected(400, "Invalid request: q must be a string or a list of strings")
-    fmt, alternatives, beam = read_search(service, fields)
+    fmt, search = read_search(service, fields)
     check_size(service, texts, char_limit)
     source = str(fields["source"])
     check_pair(service, source, target)
@@ -195,11 +189,11 @@ async def translate(service: Service, request: Request) -> dict:
     routes: list[list[str]] = [[]] * len(texts)
     for src in dict.fromkeys(s for s, _ in detected):
         where = [i for i, (s, _) in enumerate(detected) if s == src]
-        done, route = await run_group(service, src, target, [texts[i] for i in where], fmt, alternatives + 1, beam)
+        done, route = await run_group(service, src, target, [texts[i] for i in where], fmt, search)
         for i, out in zip(where, done):
             outputs[i], routes[i] = out, route
     answer: dict[str, Any] = {"translatedText": [o[0] for o in outputs] if batch else outputs[0][0]}
-    if alternatives:
+    if search.nbest > 1:
         alts = [distinct(o[0], o[1:]) for o in outputs]  # empty for html: no alternatives of markup
         answer["alternatives"] = alts if batch else alts[0]
     if source == "auto":

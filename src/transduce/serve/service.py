@@ -3,17 +3,22 @@
 Every use of a model goes through its :class:`~transduce.serve.batcher.Batcher` (one per loaded
 model), whose worker threads, one per core by default (:func:`worker_count`), decode batches in
 parallel on the one copy of the weights; attention recording and HTML translation (alignments) run
-alone on the model. A batcher job's key is its options, a :class:`Search` or an :class:`Attention`;
-jobs batch together only when these are equal (HTML is a :class:`Search` with alignments, so the
-sentences of HTML snippets batch like text).
+alone on the model. A batcher job's key is its options, a :class:`Translate` or an :class:`Attention`;
+jobs batch together only when these are equal (HTML is a :class:`Translate` with alignments, so the
+sentences of HTML snippets batch like text). A request's search settings are read by
+:meth:`SearchOptions.from_request <transduce.decode.search_options.SearchOptions.from_request>` within the
+server's limits (:meth:`Service.search`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from ..decode.search_options import PAPER, BadSearch, SearchOptions
 from ..decode.translator import SourceTooLong
 from .alignment import word_alignments
 from .batcher import Batcher, Job
@@ -33,11 +38,16 @@ class Settings:
     wait_ms: float = 5.0  # how long a worker waits for company when other requests are queued (never when idle)
     batch_tokens: int = 4096  # source tokens per batch
     max_batch_requests: int = 64  # 1 = one request at a time
-    beam: int = 4  # beam of the LibreTranslate API and the page (§6.1: 4)
-    alpha: float = 0.6  # length penalty of the LibreTranslate API and the page (§6.1: 0.6)
+    beam: int = PAPER.beam  # beam of the LibreTranslate API and the page
+    alpha: float = PAPER.alpha  # length penalty of the LibreTranslate API and the page
     char_limit: int = 0  # characters per LibreTranslate request, all texts together (0: no limit)
     workers: int = 0  # threads decoding at once, sharing each model's weights (0: cores // threads)
     threads: int = 1  # torch intra-op threads of each worker
+
+    @property
+    def search(self) -> SearchOptions:
+        """The server's search: that of the LibreTranslate API and the page, and of a request's absent fields."""
+        return PAPER.replace(beam=self.beam, alpha=self.alpha)
 
 
 def usable_cores() -> int:
@@ -54,12 +64,10 @@ def worker_count(settings: Settings) -> int:
 
 
 @dataclass(frozen=True)
-class Search:
-    """A translation job's options (:meth:`Translator.translate`'s)."""
+class Translate:
+    """A translation job's options: the search and the rest of :meth:`Translator.translate`'s keywords."""
 
-    beam: int = 4
-    alpha: float = 0.6
-    nbest: int = 1
+    search: SearchOptions = PAPER
     target_lang: str | None = None  # a multilingual model's >>code<< token
     alignments: bool | str = False  # "cover": word alignments for HTML tag placement
     alignment_layer: int | None = None
@@ -74,9 +82,8 @@ class Search:
 class Attention:
     """A job recording each translation's word-level encoder–decoder attention (for the page)."""
 
-    beam: int = 4
+    search: SearchOptions = PAPER
     target_lang: str | None = None
-    alpha: float = 0.6
     exclusive = True  # it records attention on the model's modules: it runs alone on the model
 
 
@@ -88,24 +95,22 @@ class Rejected(Exception):
         self.status, self.message, self.retry_after = status, message, retry_after
 
 
-def run_job(translator, sentences: list[str], sources: list, job: Search | Attention) -> list:
+def run_job(translator, sentences: list[str], sources: list, job: Translate | Attention) -> list:
     """What a batcher worker does with one batch: ``sources`` are the sentences as encoded by
     :meth:`Service.encode`, not encoded again."""
-    if isinstance(job, Search):
+    if isinstance(job, Translate):
         extra = {"alignments": job.alignments, "alignment_layer": job.alignment_layer} if job.alignments else {}
         return translator.translate(
             sentences,
+            job.search,
             sources=sources,
-            beam=job.beam,
-            alpha=job.alpha,
-            nbest=job.nbest,
             target_lang=job.target_lang,
             return_scores=True,
             truncate=False,
             **extra,
         )
     if isinstance(job, Attention):
-        return word_alignments(translator, sentences, job.beam, job.target_lang, sources, job.alpha)
+        return word_alignments(translator, sentences, job.search, job.target_lang, sources)
     raise ValueError(f"unknown job {job!r}")
 
 
@@ -164,15 +169,15 @@ class Service:
                 413, f"field '{field}.{e.index}': {e.tokens} source tokens exceed the model's max_positions={e.limit}"
             ) from None
 
-    def check_search(self, beam: int, nbest: int, alpha: float = 0.6) -> None:
-        if not 1 <= beam <= self.settings.max_beam:
-            raise Rejected(422, f"field 'beam': must be between 1 and {self.settings.max_beam}, got {beam}")
-        if not 1 <= nbest <= beam:
-            raise Rejected(422, f"field 'nbest': must be between 1 and beam={beam}, got {nbest}")
-        if not 0.0 <= alpha <= 10.0:
-            raise Rejected(422, f"field 'alpha': must be between 0 and 10, got {alpha}")
+    def search(self, fields: Mapping[str, Any]) -> SearchOptions:
+        """The search a request's fields (``beam``, ``alpha``, ``nbest``) ask for, over the server's
+        (:attr:`Settings.search`) and within its limits (``--max-beam``): a field out of them is a 422 naming it."""
+        try:
+            return SearchOptions.from_request(fields, self.settings.search, self.settings.max_beam)
+        except BadSearch as e:
+            raise Rejected(422, f"field '{e.key}': {e.reason}") from None
 
-    async def run(self, spec: ModelSpec, sentences: list[str], job: Search | Attention, field: str = "text") -> list:
+    async def run(self, spec: ModelSpec, sentences: list[str], job: Translate | Attention, field: str = "text") -> list:
         """Queue ``sentences`` on the model's batcher (loading the model if needed) and await the results."""
         try:
             entry = self.pool.acquire_loaded(spec) or await asyncio.to_thread(self.pool.acquire, spec)
@@ -202,17 +207,15 @@ class Service:
         self,
         spec: ModelSpec,
         sentences: list[str],
-        beam: int,
-        nbest: int = 1,
-        alpha: float = 0.6,
+        search: SearchOptions,
         field: str = "text",
         target_lang: str | None = None,
         count: bool = True,
-        alignments: bool | str = False,
     ) -> list:
-        self.check_search(beam, nbest, alpha)
+        """``sentences`` translated by ``spec``'s model with ``search`` (read by :meth:`search`, within the
+        server's limits), after the size checks (:meth:`check_text`)."""
         self.check_text(spec, sentences, field, count)
-        return await self.run(spec, sentences, Search(beam, alpha, nbest, target_lang, alignments), field)
+        return await self.run(spec, sentences, Translate(search, target_lang), field)
 
 
 def make_batcher_factory(settings: Settings, metrics):

@@ -29,6 +29,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..decode.search_options import PAPER
 from .languages import Hop, detect_sources, plan
 from .service import Attention, Rejected, Service
 
@@ -40,9 +41,9 @@ class TranslateRequest(BaseModel):
     text: list[str] = Field(description="sentences, translated independently, answered in this order")
     source: str | None = Field(None, description="source language (may be left out with one model)")
     target: str | None = Field(None, description="target language (may be left out with one model)")
-    beam: int = Field(4, description="beam size (§6.1: 4); 1 = greedy")
+    beam: int = Field(PAPER.beam, description=f"beam size (§6.1: {PAPER.beam}); 1 = greedy")
     nbest: int = Field(1, description="hypotheses per sentence (at most beam)")
-    alpha: float = Field(0.6, description="length penalty α (§6.1: 0.6)")
+    alpha: float = Field(PAPER.alpha, description=f"length penalty α (§6.1: {PAPER.alpha})")
     return_scores: bool = Field(False, description="return {text, score, logprob} objects instead of strings")
 
 
@@ -61,7 +62,7 @@ class AttentionRequest(BaseModel):
     text: list[str] = Field(description="sentences; each is translated and its attention recorded")
     source: str | None = Field(None, description='source language, or "auto": identified from all the text')
     target: str | None = None
-    beam: int = Field(4, description="beam size of the translation whose attention is shown")
+    beam: int = Field(PAPER.beam, description="beam size of the translation whose attention is shown")
 
 
 class Alignment(BaseModel):
@@ -178,7 +179,8 @@ def router(service: Service) -> APIRouter:
         try:
             service.authorize(api_key(request), client(request))
             spec, target_lang = service.route(req.source, req.target)
-            results = await service.translate(spec, req.text, req.beam, req.nbest, req.alpha, target_lang=target_lang)
+            search = service.search({"beam": req.beam, "nbest": req.nbest, "alpha": req.alpha})
+            results = await service.translate(spec, req.text, search, target_lang=target_lang)
         except Rejected as e:
             raise _http(e) from None
         return {"translations": [_shape(r, req.return_scores) for r in results]}
@@ -187,16 +189,15 @@ def router(service: Service) -> APIRouter:
     async def attention(req: AttentionRequest, request: Request) -> dict:
         try:
             service.authorize(api_key(request), client(request))
-            alpha = service.settings.alpha  # the page's length penalty: transduce serve --alpha
-            service.check_search(req.beam, 1, alpha)
+            search = service.search({"beam": req.beam})  # the page's length penalty: transduce serve --alpha
             hops, detected = route(service, req.source, req.target, req.text)
             text = req.text
             for hop in hops[:-1]:  # through a pivot: the first model's translations are the last one's source
-                done = await service.translate(hop.spec, text, req.beam, 1, alpha, target_lang=hop.target_lang)
+                done = await service.translate(hop.spec, text, search, target_lang=hop.target_lang)
                 text = [r.text for r in done]
             last = hops[-1]
             service.check_text(last.spec, text, "text")
-            result = await service.run(last.spec, text, Attention(req.beam, last.target_lang, alpha))
+            result = await service.run(last.spec, text, Attention(search, last.target_lang))
         except Rejected as e:
             raise _http(e) from None
         except ValueError as e:  # e.g. a model decoded by the C++ step records no attention

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from ..decode.search_options import SearchOptions
+
 
 def run_row(spec: dict[str, Any]) -> dict[str, Any]:
     """Train and score the row that ``spec`` (written by :mod:`transduce.study.sweep`) describes."""
@@ -45,6 +47,7 @@ def run_row(spec: dict[str, Any]) -> dict[str, Any]:
         "shape": spec["shape"],
         "steps": end["step"],
         "weights": end.get("weights"),
+        "curve": _curve(run_dir / "run" / "metrics.jsonl"),
         **scores,
         "train_wall_s": round(train_wall, 1),
         "resumed_from_step": resumed_from,
@@ -60,6 +63,7 @@ def score(model_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
     from ..api import load
     from ..data import PreparedData
     from ..evaluate import evaluate_model
+    from .significance import bleu_statistics
 
     data = PreparedData.open(spec["data"])
     ids = data.split(spec["valid_split"])
@@ -67,8 +71,10 @@ def score(model_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
     refs = [ids.tgt_text(i) for i in range(len(ids))]
     device = "cuda" if spec["device"] == "cuda" else "cpu"
     translator = load(model_dir, device=device, backend="fp32")
-    decode = {k: spec[k] for k in ("beam", "alpha", "max_len_a", "max_len_b")}
-    result = evaluate_model(translator, sources, refs, lang=data.manifest["tgt_lang"], **decode)
+    search = SearchOptions(**{k: spec[k] for k in ("beam", "alpha", "max_len_a", "max_len_b")})
+    result = evaluate_model(translator, sources, refs, lang=data.manifest["tgt_lang"], search=search)
+    per_sentence = translator.sentence_nll(sources, refs)
+    (model_dir.parent / "hypotheses.txt").write_text("".join(h + "\n" for h in result["hypotheses"]))
     return {
         "params": translator.model.num_parameters(),
         "dev_ppl": result["ref_perplexity"],
@@ -77,6 +83,9 @@ def score(model_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
         "dev_chrf": result["chrf"],
         "bleu_signature": result.get("bleu_signature"),
         "sentences": len(sources),
+        # per dev sentence, for the report's paired tests (significance.py): BLEU's and perplexity's statistics
+        "bleu_stats": bleu_statistics(result["hypotheses"], refs, data.manifest["tgt_lang"]),
+        "nll_stats": [[round(nll, 4), n] for nll, n in per_sentence],
     }
 
 
@@ -89,6 +98,16 @@ def _end_record(path: Path) -> dict[str, Any]:
             if record.get("kind") == "end":
                 end = record
     return end
+
+
+def _curve(path: Path) -> list[dict[str, Any]]:
+    """The learning curve: dev perplexity at each validation of the run, ``[{"step", "dev_ppl"}]``."""
+    curve = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("kind") == "valid":
+            curve[record["step"]] = round(record["valid_ppl"], 3)  # a resumed run may repeat a step: keep the last
+    return [{"step": step, "dev_ppl": ppl} for step, ppl in sorted(curve.items())]
 
 
 def _run_dtype(path: Path) -> str:
@@ -110,7 +129,7 @@ def main(argv: list[str]) -> int:
     out = Path(spec["result"])
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".json.partial")
-    partial.write_text(json.dumps(result, indent=2) + "\n")
+    partial.write_text("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in result.items()) + "\n}\n")
     partial.replace(out)
     print(f"{spec['row']} seed {spec['seed']}: dev ppl {result['dev_ppl']}, dev BLEU {result['dev_bleu']} -> {out}")
     return 0

@@ -36,29 +36,43 @@ PAPER: dict[str, dict[str, float | None]] = {
     "D eps_ls=0.0": {"ppl": 4.67, "bleu": 25.3, "params": None},
     "D eps_ls=0.2": {"ppl": 5.47, "bleu": 25.7, "params": None},
     "E learned positions": {"ppl": 4.92, "bleu": 25.7, "params": None},
+    "big": {"ppl": 4.33, "bleu": 26.4, "params": 213},
 }
-PAPER_STEPS = 100_000
+PAPER_STEPS = 100_000  # the big model: 300,000 (Row.steps_scale 3)
 GROUPS = {
     "A": "heads at constant computation",
     "B": "smaller d_k",
     "C": "model size",
     "D": "dropout and label smoothing",
     "E": "learned positions",
+    "big": "the big model",
 }
 
 
 @dataclass(frozen=True)
 class Row:
-    """One line of the table: its name (a key of :data:`PAPER`), group ("" for the base) and model keys."""
+    """One line of the table: its name (a key of :data:`PAPER`), group ("" for the base), model keys, and
+    its updates as a multiple of the base's (the paper trained the big model 3× longer)."""
 
     name: str
     group: str
     model: dict[str, Any] = field(default_factory=dict)
+    steps_scale: int = 1
 
     @property
     def slug(self) -> str:
         """The row's directory name in a sweep: ``A-h-16``, ``C-d_model-256``, ``E-learned-positions``."""
         return self.name.replace("=", "-").replace(" ", "-").replace(".", "p")
+
+    def cost(self, vocab: int = 8000) -> float:
+        """Multiply-adds per target token of training, times the row's updates: the order the sweep starts
+        rows in (longest first, so the last row to finish is a short one)."""
+        m = self.model
+        d, ff = m["d_model"], m["d_ff"]
+        inner = (m.get("d_k") or d // m["n_heads"]) * m["n_heads"]  # query/key width
+        encoder = m["encoder_layers"] * (2 * d * inner + 2 * d * d + 2 * d * ff)
+        decoder = m["decoder_layers"] * (4 * d * inner + 4 * d * d + 2 * d * ff)
+        return (encoder + decoder + d * vocab) * self.steps_scale
 
     def shape(self) -> dict[str, Any]:
         """The table's columns for this row: N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, positions."""
@@ -79,13 +93,14 @@ class Row:
 
 
 def check_base(base_d_model: int) -> None:
-    """The scaled rows need d_model / 32 heads-wide and even widths: a multiple of 64, at least 64."""
-    if base_d_model < 64 or base_d_model % 64:
-        raise ValueError(f"--d-model: the base width must be a multiple of 64 (at least 64), got {base_d_model}")
+    """The scaled rows need whole head widths down to d_model / 32 (row A's 32 heads, row B's d_k of 16) and
+    for row C's d_model / 2 with 8 heads: a multiple of 32, at least 64."""
+    if base_d_model < 64 or base_d_model % 32:
+        raise ValueError(f"--d-model: the base width must be a multiple of 32 (at least 64), got {base_d_model}")
 
 
 def rows(base_d_model: int = 128) -> list[Row]:
-    """The base and the 18 variations of Table 3 at base width ``base_d_model`` (the paper: 512)."""
+    """The base, the 18 variations and the big model of Table 3 at base width ``base_d_model`` (the paper: 512)."""
     check_base(base_d_model)
     d = base_d_model
     base = dict(
@@ -100,8 +115,9 @@ def rows(base_d_model: int = 128) -> list[Row]:
         positions="sinusoidal",
     )
 
-    def row(name: str, **change: Any) -> Row:
-        return Row(name, name.split(" ")[0] if name != "base" else "", {**base, **change})
+    def row(name: str, steps_scale: int = 1, **change: Any) -> Row:
+        group = {"base": "", "big": "big"}.get(name, name.split(" ")[0])
+        return Row(name, group, {**base, **change}, steps_scale)
 
     return [
         row("base"),
@@ -118,6 +134,7 @@ def rows(base_d_model: int = 128) -> list[Row]:
         row("D eps_ls=0.0", label_smoothing=0.0),
         row("D eps_ls=0.2", label_smoothing=0.2),
         row("E learned positions", positions="learned"),
+        row("big", 3, d_model=2 * d, d_ff=8 * d, n_heads=16, dropout=0.3),  # 1024, 4096, 16 heads at d 512
     ]
 
 

@@ -19,8 +19,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from sentencex import segment
+
+from ..decode.search_options import LOOSE, SearchOptions
 
 _SPACE = re.compile(r"\s+")
 _EDGES = re.compile(r"^(\s*)(.*?)(\s*)$", re.DOTALL)
@@ -155,10 +158,18 @@ def translate_document(translator, text: str, lang: str | None = None, **options
     """Translate a plain-text document with a :class:`~transduce.decode.translator.Translator`:
     every sentence in one batched call, paragraphs and whitespace as in ``text``. ``lang`` (the
     segmenter's language) defaults to the model's source language, else English rules. ``options``
-    are :meth:`Translator.translate`'s (beam, alpha, ...); it must return strings (no n-best)."""
+    are :meth:`Translator.translate`'s (``search=SearchOptions(...)``, ...): one translation per sentence."""
+    one_per_sentence(options, "a document")
     lang = lang or source_language(translator)
     pieces = split_text(text, lang)
     return reassemble(pieces, translator.translate(sentences(pieces), **options))
+
+
+def one_per_sentence(options: dict[str, Any], who: str) -> None:
+    """Refuse translation ``options`` whose search gives several translations per sentence, where ``who`` (a
+    document, HTML, a file) puts one in each sentence's place: :meth:`SearchOptions.check`'s rule."""
+    loose = {k: options[k] for k in LOOSE if k in options}
+    SearchOptions.of(options.get("search"), **loose).check(one=who)
 
 
 def source_language(translator) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import office
-from .document import reassemble, sentences, source_language, split_text
+from .document import one_per_sentence, reassemble, sentences, source_language, split_text
 from .markup import translate_html_batch
 
 SUFFIXES = (".txt", ".html", ".htm", ".srt", ".docx", ".pptx", ".odt", ".odp")
@@ -141,7 +141,8 @@ class _Counted:
 def translate_file(translator, data: bytes, name: str, lang: str | None = None, **options) -> Done:
     """File ``name`` (bytes ``data``) translated by ``translator`` with its structure kept. ``lang`` is the
     sentence splitter's language (default: the model's source language); ``options`` are
-    :meth:`Translator.translate`'s (beam, alpha, ...)."""
+    :meth:`Translator.translate`'s (``search=SearchOptions(...)``, ...): one translation per sentence."""
+    one_per_sentence(options, "a file")
     units = read(data, name)
     lang = lang or source_language(translator)
     counted = _Counted(translator)

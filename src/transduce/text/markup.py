@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
-from .document import Piece, source_language, split_paragraph
+from .document import Piece, one_per_sentence, source_language, split_paragraph
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
 BLOCK = {
@@ -345,7 +345,7 @@ def translate_html(
 ) -> str:
     """Translate an HTML snippet, keeping its markup (module docstring). ``lang``: the sentence
     splitter's language (default: the model's source language); ``options``: those of
-    :meth:`Translator.translate` (search, batch_tokens, ...). Needs a single model's attention (alignments),
+    :meth:`Translator.translate` (``search=SearchOptions(...)``, batch_tokens, ...). Needs a single model's attention (alignments),
     so not an ensemble; a C++ step aligns with the PyTorch model it stands for.
 
     >>> translate_html(transduce.load("model"), 'A <b>dog</b> <a href="/run">runs</a>.')  # doctest: +SKIP
@@ -358,6 +358,7 @@ def translate_html_batch(
     translator, texts: list[str], lang: str | None = None, alignment_layer: int | None = None, **options
 ) -> list[str]:
     """:func:`translate_html` for several snippets, all their sentences translated in one batched call."""
+    one_per_sentence(options, "HTML")
     trees = []
     runs: list[_Run] = []
     for n, text in enumerate(texts):

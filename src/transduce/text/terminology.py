@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..decode.constraints import Constraints
-from ..decode.search_options import SearchOptions
+from ..decode.search_options import LOOSE, SearchOptions
 from ..decode.translator import Translation
 
 
@@ -55,22 +55,22 @@ def translate_with_terms(
     constraints: list[list[str]] | None = None,
     prefixes: list[str | None] | None = None,
     glossary: Glossary | None = None,
-    beam: int | None = None,
-    alpha: float | None = None,
-    max_len_a: float | None = None,
-    max_len_b: int | None = None,
-    truncate: bool = True,
-    *,
     search: SearchOptions | None = None,
+    *,
+    truncate: bool = True,
     **options,
 ) -> list:
     """Translate ``sentences`` so that sentence i's output contains every target term of
     ``constraints[i]`` (and of the glossary entries that match it) and starts with ``prefixes[i]``.
-    ``search`` (or ``beam``, ``alpha``, ``max_len_a``, ``max_len_b`` one by one) sets the search; sentences
-    with neither terms nor prefix go through :meth:`Translator.translate` (batched) with ``options``, the
-    others through constrained beam search (:class:`~transduce.decode.constraints.Constraints`).
-    Returns strings, or :class:`Translation` s with ``return_scores=True``."""
-    search = SearchOptions.of(search, beam=beam, alpha=alpha, max_len_a=max_len_a, max_len_b=max_len_b)
+    ``search`` sets the beam search (beam, alpha, length limits; constrained search finds one best hypothesis,
+    so no n-best, sampling, MBR or reranking); sentences with neither terms nor prefix go through
+    :meth:`Translator.translate` (batched) with ``options``, the others through constrained beam search
+    (:class:`~transduce.decode.constraints.Constraints`), both with ``options``' ``target_lang``. Returns strings,
+    or :class:`Translation` s with ``return_scores=True``; word alignments are not made (``alignments``: an error)."""
+    loose = {k: options.pop(k) for k in LOOSE if k in options}
+    search = SearchOptions.deprecated("translate_with_terms", search, loose).check(constrained=True)
+    if options.get("alignments"):
+        raise ValueError("constrained search (terminology) gives no word alignments: translate without terms")
     n = len(sentences)
     constraints = constraints or [[] for _ in range(n)]
     prefixes = prefixes or [None] * n
@@ -90,7 +90,10 @@ def translate_with_terms(
         return out
     tgt = translator.vocabs.tgt
     continues = continues_word(tgt, translator.device)
-    every = translator.encode_sources([s if i not in plain_set else "" for i, s in enumerate(sentences)], truncate)
+    wanted_lang = options.get("target_lang")  # a multilingual model's: constrained sentences are encoded with it too
+    every = translator.encode_sources(
+        [s if i not in plain_set else "" for i, s in enumerate(sentences)], truncate, wanted_lang
+    )
     sources = [every[i] for i in held]  # encoded in place, so a warning counts the caller's lines
     wanted = [
         Constraints([tgt.encode(term) for term in terms[i]], tgt.encode(prefixes[i]) if prefixes[i] else [], continues)

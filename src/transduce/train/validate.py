@@ -46,6 +46,7 @@ def bleu_hook(split, vocabs, sentences: int, beam: int, device: torch.device) ->
     if sentences <= 0:
         return None
     try:
+        from ..decode.search_options import SearchOptions
         from ..decode.translator import Translator  # `transduce translate`'s
     except ImportError:
         return None
@@ -59,7 +60,7 @@ def bleu_hook(split, vocabs, sentences: int, beam: int, device: torch.device) ->
         was_training = model.training
         try:
             with torch.no_grad():
-                hypotheses = Translator(model, vocabs, device).translate(sources, beam=beam)
+                hypotheses = Translator(model, vocabs, device).translate(sources, SearchOptions(beam=beam))
         finally:
             model.train(was_training)
         return sacrebleu.corpus_bleu(hypotheses, [references]).score

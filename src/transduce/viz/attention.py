@@ -15,6 +15,7 @@ import numpy as np
 
 from ..backends import AUTO
 from ..backends.policy import for_python_model
+from ..decode.search_options import SearchOptions, add_search_arguments
 from .attention_html import write_html
 from .attention_maps import KINDS, AttentionMaps, record_weights, sentence_attention
 from .figure import plt, save_png
@@ -100,9 +101,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="model directory")
     parser.add_argument("--layer", type=int, help="layer, from 1 (default: all layers)")
     parser.add_argument("--head", type=int, help="head, from 1 (default: all heads of --layer, else head mean)")
-    search = parser.add_mutually_exclusive_group()
-    search.add_argument("--beam", type=int, default=4, help="beam size of the translation (default 4, §6.1)")
-    search.add_argument("--greedy", action="store_true", help="greedy search (same as --beam 1)")
+    search = parser.add_argument_group("search of the translation (defaults: the paper, §6.1)")
+    add_search_arguments(search, modes=())
+    search.add_argument("--greedy", dest="beam", action="store_const", const=1, help="greedy search: --beam 1")
     parser.add_argument("--out", required=True, help="FILE.png (heatmaps) or FILE.html (interactive view)")
     parser.add_argument("--save-weights", help="also write the raw weights to FILE.npz or FILE.json")
 
@@ -113,12 +114,11 @@ def run(args) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".png", ".html"):
         raise ValueError(f"{out}: --out must end in .png or .html")
-    if args.beam < 1:
-        raise ValueError(f"--beam must be at least 1, got {args.beam}")
+    search = SearchOptions.from_args(args)
     translator = load(args.model, backend=for_python_model(AUTO))  # it reads one PyTorch model's attention
     cfg = translator.config
     check_selection(args.layer, args.head, cfg.encoder_layers, cfg.decoder_layers, cfg.n_heads)
-    maps = sentence_attention(translator, args.sentence, beam=1 if args.greedy else args.beam)
+    maps = sentence_attention(translator, args.sentence, search)
     print(f"translation: {maps.translation}")
     if out.suffix.lower() == ".html":
         write_html(maps, out)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..decode.align import check_model
+from ..decode.search_options import SearchOptions
 from ..model import Transformer
 
 KINDS = {
@@ -119,14 +120,18 @@ def record_weights(
     return stacked["encoder"], stacked["decoder"], stacked["cross"]
 
 
-def sentence_attention(translator, sentence: str, beam: int = 4, target_lang: str | None = None) -> AttentionMaps:
+def sentence_attention(
+    translator, sentence: str, search: SearchOptions | None = None, target_lang: str | None = None, **loose
+) -> AttentionMaps:
     """Translate ``sentence`` with a :class:`~transduce.decode.translator.Translator` (``transduce.load``)
-    and return the attention weights of that translation. ``target_lang``: a multilingual model's target
-    language, whose ``>>code<<`` token then leads the source pieces.
+    and ``search`` (default: the paper's; one translation) and return the attention weights of that
+    translation. ``target_lang``: a multilingual model's target language, whose ``>>code<<`` token then leads
+    the source pieces. ``beam=`` alone still works, with a DeprecationWarning.
 
-    >>> maps = sentence_attention(transduce.load("model"), "A dog runs.", beam=4)  # doctest: +SKIP
+    >>> maps = sentence_attention(transduce.load("model"), "A dog runs.", SearchOptions(beam=4))  # doctest: +SKIP
     >>> maps.cross.shape   # (decoder layers, heads, output pieces + 1, source pieces + 1)  # doctest: +SKIP
     """
+    search = SearchOptions.deprecated("sentence_attention", search, loose).check(one="an attention map")
     model, vocabs = check_model(translator.model), translator.vocabs
     src_ids = vocabs.src.encode(sentence)
     if not src_ids:
@@ -134,7 +139,7 @@ def sentence_attention(translator, sentence: str, beam: int = 4, target_lang: st
     language = {} if target_lang is None else {"target_lang": target_lang}
     if language:
         src_ids = translator.language_prefix(target_lang) + src_ids  # as translate() encodes it
-    result = translator.translate([sentence], beam=beam, return_scores=True, truncate=False, **language)[0]
+    result = translator.translate([sentence], search, return_scores=True, truncate=False, **language)[0]
     enc, dec, cross = record_weights(model, src_ids, result.tokens)
     eos = model.config.eos_id
     return AttentionMaps(
