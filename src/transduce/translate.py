@@ -46,7 +46,6 @@ from .text.markup import translate_html, translate_html_batch
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Long on purpose: every option of ``transduce translate``, one call each, in the groups --help shows."""
     p.add_argument("files", nargs="*", help="input files, one sentence per line (default: stdin)")
     p.add_argument("--model", required=True, help="model directory")
     p.add_argument("--ensemble", nargs="+", default=[], metavar="DIR", help="more model directories to ensemble")

@@ -41,8 +41,6 @@ def lt_env(name: str, default):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Long on purpose: every option of ``transduce serve``, one call each, in the order --help shows them, with
-    the LibreTranslate variable (:func:`lt_env`) that sets its default where LibreTranslate has one."""
     d = Settings()
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--model", type=Path, help="one model directory")
