@@ -33,36 +33,15 @@ from ..decode.search_options import PAPER, SearchOptions, add_search_arguments
 from . import report
 from .table3 import Row, rows, select
 
-# --scale: sizes for two CPU cores (the whole table, base with three seeds, in about four hours: see
-# docs/paper-in-miniature.md) and for one GPU (closer to the paper's base model). Any of them can be overridden by
+# --scale: sizes for two CPU cores (the base translates: docs/paper-in-miniature.md, "Calibration"; the whole
+# table is about 32 base rows, "Time") and for one GPU (the paper's base width). Any of them can be overridden by
 # its option. Optimisation is the Multi30k recipe's (docs/multi30k.md), not the paper's: Muon for the matrices,
 # AdamW for the rest, decoupled weight decay, and a learning rate that warms up and decays linearly to zero at the
-# row's last update, so that every row ends trained rather than at a third of its peak rate; the CPU figures come
-# from the calibration run in docs/paper-in-miniature.md.
+# row's last update, so that every row ends trained rather than at a third of its peak rate.
+_RECIPE = dict(optimizer="muon", schedule="linear", peak_lr=0.006, weight_decay=0.1, threads=1)
 SCALES: dict[str, dict[str, Any]] = {
-    "cpu": dict(
-        d_model=128,
-        steps=3000,
-        max_tokens=1024,
-        optimizer="muon",
-        schedule="linear",
-        peak_lr=0.006,
-        weight_decay=0.1,
-        device="cpu",
-        threads=1,
-    ),
-    "gpu": dict(
-        d_model=512,
-        steps=4000,
-        max_tokens=8192,
-        optimizer="muon",
-        schedule="linear",
-        peak_lr=0.006,
-        weight_decay=0.1,
-        device="cuda",
-        threads=1,
-        parallel=1,
-    ),
+    "cpu": dict(_RECIPE, d_model=128, steps=3000, max_tokens=1024, device="cpu"),
+    "gpu": dict(_RECIPE, d_model=512, steps=4000, max_tokens=8192, device="cuda", parallel=1),
 }
 
 
