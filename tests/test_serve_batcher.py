@@ -145,3 +145,17 @@ def test_stop_finishes_queued_jobs_then_refuses():
 def test_workers_must_be_positive():
     with pytest.raises(ValueError, match="workers must be at least 1"):
         Batcher(Recorder(), workers=0)
+
+
+def test_a_worker_is_free_before_its_requests_are_answered():
+    """A client that reads the queue depth (/metrics) after its answer sees its own request gone; on failure too."""
+    seen = []
+    for translate in (Recorder(), lambda *_: 1 / 0):
+        b = running(Batcher(translate, workers=1))
+        try:
+            future = b.submit(job(["a b"]))
+            future.add_done_callback(lambda _: seen.append(b.pending))  # runs where the answer is given
+            future.exception(timeout=5)
+        finally:
+            b.stop()
+    assert seen == [0, 0]

@@ -208,29 +208,35 @@ class Batcher:
 
     def _work(self) -> None:
         while (slices := self._next()) is not None:
+            answers: list[tuple[Job, Any]] = []
             try:
-                self._run(slices)
-            finally:
+                answers = self._run(slices)
+            finally:  # the worker is free before its requests are answered: a client never sees it busy after
                 with self._cv:
                     self._busy -= 1
                     self._exclusive = False
                     self._cv.notify_all()
+            for job, answer in answers:
+                if isinstance(answer, BaseException):
+                    job.future.set_exception(answer)
+                else:
+                    job.future.set_result(answer)
 
-    def _run(self, slices: list[Slice]) -> None:
+    def _run(self, slices: list[Slice]) -> list[tuple[Job, Any]]:
+        """Translate one batch; returns each request it finished (or failed) with its results (or error)."""
         live = [s for s in slices if not s.job.failed]
         sentences = [x for s in live for x in s.job.sentences[s.start : s.end]]
         sources = [x for s in live for x in s.job.sources[s.start : s.end]]
         if not live:
-            return
+            return []
         try:
             results: list[Any] = self.translate(sentences, sources, live[0].job.key)
         except BaseException as e:  # every request of the batch learns of it
             with self._cv:
-                for s in live:
-                    if not s.job.failed:
-                        s.job.failed = True
-                        s.job.future.set_exception(e)
-            return
+                failed = list(dict.fromkeys(s.job for s in live if not s.job.failed))
+                for job in failed:
+                    job.failed = True
+            return [(job, e) for job in failed]
         finished = []
         with self._cv:
             at = 0
@@ -247,5 +253,4 @@ class Batcher:
             self.stats.max_requests_in_batch = max(self.stats.max_requests_in_batch, len(live))
         if self.on_batch is not None:
             self.on_batch(len(live), len(sentences))
-        for job in finished:
-            job.future.set_result(job.results)
+        return [(job, job.results) for job in finished]
