@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from statistics import fmean as mean
 from typing import Any
 
 from .significance import Paired, bleu_of, paired_bootstrap, ppl_of
@@ -42,10 +43,6 @@ def read_results(out: Path) -> dict[str, list[dict[str, Any]]]:
             raise ValueError(f"{path}: not a JSON result ({e})") from None
         by_row.setdefault(result["row"], []).append(result)
     return {name: sorted(rs, key=lambda r: r["seed"]) for name, rs in by_row.items()}
-
-
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 def verdict(tests: list[Paired], lower_is_better: bool) -> str:

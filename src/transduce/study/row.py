@@ -10,6 +10,7 @@ The result is written last, atomically, to the ``result`` path of the spec: its 
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -62,7 +63,7 @@ def score(model_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
     """Dev perplexity and BLEU of the model in ``model_dir`` on the spec's data and split."""
     from ..api import load
     from ..data import PreparedData
-    from ..evaluate import evaluate_model
+    from ..metrics import score_translations
     from .significance import bleu_statistics
 
     data = PreparedData.open(spec["data"])
@@ -72,19 +73,22 @@ def score(model_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
     device = "cuda" if spec["device"] == "cuda" else "cpu"
     translator = load(model_dir, device=device, backend="fp32")
     search = SearchOptions(**{k: spec[k] for k in ("beam", "alpha", "max_len_a", "max_len_b")})
-    result = evaluate_model(translator, sources, refs, lang=data.manifest["tgt_lang"], search=search)
-    per_sentence = translator.sentence_nll(sources, refs)
-    (model_dir.parent / "hypotheses.txt").write_text("".join(h + "\n" for h in result["hypotheses"]))
+    hyps = translator.translate(sources, search)
+    (model_dir.parent / "hypotheses.txt").write_text("".join(h + "\n" for h in hyps))
+    lang = data.manifest["tgt_lang"]
+    result = score_translations(hyps, refs, lang)
+    per_sentence = translator.sentence_nll(sources, refs)  # one teacher-forced pass: the paired tests and the ppl
+    nll, tokens = sum(x for x, _ in per_sentence), sum(n for _, n in per_sentence)
     return {
         "params": translator.model.num_parameters(),
-        "dev_ppl": result["ref_perplexity"],
+        "dev_ppl": round(math.exp(nll / max(tokens, 1)), 3),
         "dev_bleu": result["bleu"],
         "dev_tok_lc_bleu": result["tok_lc_bleu"],
         "dev_chrf": result["chrf"],
         "bleu_signature": result.get("bleu_signature"),
         "sentences": len(sources),
         # per dev sentence, for the report's paired tests (significance.py): BLEU's and perplexity's statistics
-        "bleu_stats": bleu_statistics(result["hypotheses"], refs, data.manifest["tgt_lang"]),
+        "bleu_stats": bleu_statistics(hyps, refs, lang),
         "nll_stats": [[round(nll, 4), n] for nll, n in per_sentence],
     }
 
