@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -13,6 +14,16 @@ from .decode.ensemble import Ensemble
 from .decode.translator import Translator
 from .fastpaths import FastPaths, log, simd_choice
 from .modeldir import load_model_dir
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What :func:`load` needs to make the same translator again, in another process: the model directory and
+    the backend it runs (``auto`` resolved, so every copy decodes alike)."""
+
+    model_dir: Path
+    backend: str
+    device: str = "cpu"
 
 
 def load(
@@ -64,4 +75,7 @@ def load(
             raise ValueError(f"{channel}: the channel model's vocabularies are not {model_dir}'s, reversed")
         reverse = channel_for(reverse, ran, device)
     decoder = decoders[0] if len(decoders) == 1 else Ensemble(decoders)
-    return Translator(decoder, vocabs, device, meta, channel=reverse, fast_paths=fast)
+    translator = Translator(decoder, vocabs, device, meta, channel=reverse, fast_paths=fast)
+    if not ensemble and channel is None:  # what loads the same translator in another process (serve's workers)
+        translator.origin = Origin(Path(model_dir), ran.name, str(device))
+    return translator

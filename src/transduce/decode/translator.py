@@ -68,6 +68,7 @@ class Translator:
         self.model, self.vocabs, self.device = model.eval(), vocabs, torch.device(device)
         # which decoding backend runs and why (transduce.fastpaths); None: the model as given
         self.fast_paths = fast_paths
+        self.origin = None  # transduce.api.Origin when load() made it: how to load it again elsewhere
         self.config = model.config
         self.meta = meta or {}  # the model directory's [meta] (languages, provenance)
         self.channel = channel.eval() if channel is not None else None  # target→source, for reranking

@@ -14,6 +14,7 @@ suggestions.py — suggested translations (POST /suggest) in SQLite, exported as
 keys.py      — API keys file, constant-time comparison, per-key request limits
 metrics.py   — Prometheus /metrics
 alignment.py — word-level encoder–decoder attention for the page
-batcher.py   — dynamic batching of concurrent requests on one worker thread per model
+batcher.py   — dynamic batching of concurrent requests, decoded by several workers per model
+replicas.py  — workers as processes with a copy of the model each; processes or threads chosen in one place
 static/      — the page at / (HTML + JS, no build step)
 """

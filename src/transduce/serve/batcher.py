@@ -1,6 +1,7 @@
 """Dynamic batching on every core: concurrent requests share calls of the translator, run by several workers.
 
-``workers`` threads share one translator (one copy of the weights). Requests wait in a queue. A free worker
+``workers`` threads share one translator (one copy of the weights), or each hands its batches to a worker
+process with its own copy (:mod:`~transduce.serve.replicas`). Requests wait in a queue. A free worker
 takes the oldest request's sentences, with those of later requests that have the same decoding options,
 up to its share of what is queued: the queued source tokens divided among the workers that are free, at
 most ``batch_tokens``, and at most ``max_requests`` requests. So a lone long text is split among the idle
@@ -10,9 +11,9 @@ request is answered when the last of its sentences is done.
 No idle wait: a worker that finds the queue holding only the request it takes starts at once. The batching
 window ``wait_s`` applies only when other requests are queued, to let a batch gather company.
 
-Decoding releases Python's GIL in the C++ step (``backends/native_step.cpp``), so the workers run in
-parallel; each runs torch with the intra-op threads the server was given (one by default, one worker per
-core). Jobs that record attention (``exclusive``: word alignments for HTML, the page's attention) set state
+Decoding releases Python's GIL in the C++ step (``backends/native_step.cpp``), so thread workers run in
+parallel between the Python parts of a step, and process workers wholly; each runs torch with the intra-op
+threads the server was given (one by default, one worker per core). Jobs that record attention (``exclusive``: word alignments for HTML, the page's attention) set state
 on the model's modules, so one of them runs alone on the model, with no other batch beside it.
 
 The translator pads every sentence to a length that depends only on itself and batches sentences of one
@@ -72,7 +73,9 @@ class Stats:
 
 class Batcher:
     """``submit`` jobs from any thread; ``translate(sentences, sources, key) -> list`` runs on the workers
-    (``sources``: the jobs' encoded sentences, concatenated as the sentences are)."""
+    (``sources``: the jobs' encoded sentences, concatenated as the sentences are). ``translate`` is one
+    function all workers call, or a list of them, one per worker (then ``workers`` is its length): worker
+    processes (:class:`~transduce.serve.replicas.Replica`), which ``start`` and ``stop`` start and stop."""
 
     def __init__(
         self,
@@ -83,9 +86,13 @@ class Batcher:
         on_batch=None,
         workers: int = 1,
     ):
+        if isinstance(translate, (list, tuple)):
+            self.runners, workers = list(translate), len(translate)
+        else:
+            self.runners = [translate] * workers
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
-        self.translate, self.wait_s, self.on_batch = translate, wait_s, on_batch  # on_batch(requests, sentences)
+        self.wait_s, self.on_batch = wait_s, on_batch  # on_batch(requests, sentences)
         self.batch_tokens, self.max_requests, self.workers = batch_tokens, max_requests, workers
         self.stats = Stats()
         self._jobs: deque[Job] = deque()
@@ -94,10 +101,18 @@ class Batcher:
         self._busy = 0  # workers decoding now
         self._exclusive = False  # an exclusive job is running
         self._threads = [
-            threading.Thread(target=self._work, name=f"transduce-worker-{i}", daemon=True) for i in range(workers)
+            threading.Thread(target=self._work, args=(i,), name=f"transduce-worker-{i}", daemon=True)
+            for i in range(workers)
         ]
 
+    @property
+    def replicas(self) -> list:
+        """The workers that are processes of their own (they have ``start`` and ``stop``)."""
+        return [r for r in self.runners if hasattr(r, "stop")]
+
     def start(self) -> None:
+        for replica in self.replicas:
+            replica.start()
         for thread in self._threads:
             thread.start()
 
@@ -108,6 +123,8 @@ class Batcher:
             self._cv.notify_all()
         for thread in self._threads:
             thread.join(timeout)
+        for replica in self.replicas:
+            replica.stop()
 
     def submit(self, job: Job) -> Future:
         with self._cv:
@@ -206,11 +223,11 @@ class Batcher:
             if not self._jobs:
                 return
 
-    def _work(self) -> None:
+    def _work(self, worker: int) -> None:
         while (slices := self._next()) is not None:
             answers: list[tuple[Job, Any]] = []
             try:
-                answers = self._run(slices)
+                answers = self._run(self.runners[worker], slices)
             finally:  # the worker is free before its requests are answered: a client never sees it busy after
                 with self._cv:
                     self._busy -= 1
@@ -222,7 +239,7 @@ class Batcher:
                 else:
                     job.future.set_result(answer)
 
-    def _run(self, slices: list[Slice]) -> list[tuple[Job, Any]]:
+    def _run(self, translate, slices: list[Slice]) -> list[tuple[Job, Any]]:
         """Translate one batch; returns each request it finished (or failed) with its results (or error)."""
         live = [s for s in slices if not s.job.failed]
         sentences = [x for s in live for x in s.job.sentences[s.start : s.end]]
@@ -230,7 +247,7 @@ class Batcher:
         if not live:
             return []
         try:
-            results: list[Any] = self.translate(sentences, sources, live[0].job.key)
+            results: list[Any] = translate(sentences, sources, live[0].job.key)
         except BaseException as e:  # every request of the batch learns of it
             with self._cv:
                 failed = list(dict.fromkeys(s.job for s in live if not s.job.failed))

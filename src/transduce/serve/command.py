@@ -19,6 +19,7 @@ from ..decode.search_options import SearchOptions, add_search_arguments, as_flag
 from .files import FileStore, default_folder
 from .keys import Access, read_keys
 from .registry import ModelSpec, read_models
+from .replicas import KINDS, worker_kind
 from .server import create_app
 from .service import Settings, usable_cores, worker_count
 from .suggestions import Store
@@ -58,8 +59,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=d.workers,
-        help="batches decoded at once, each by a thread sharing the model's weights "
-        "(default 0: one per --threads of the cores this process may use)",
+        help="batches decoded at once (default 0: one per --threads of the cores this process may use)",
+    )
+    parser.add_argument(
+        "--worker-kind",
+        choices=KINDS,
+        default="auto",
+        help="process: each worker a process with its own copy of the model (more memory, every core busy); "
+        "thread: workers share the server process's copy and Python's GIL; auto (default): processes when "
+        "more than one worker decodes on the CPU",
     )
     parser.add_argument(
         "--threads",
@@ -185,6 +193,8 @@ def _add_limits(parser: argparse.ArgumentParser, d: Settings) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     s = Settings(**{key: getattr(args, key) for key in vars(Settings())})
     for key, value in vars(s).items():
+        if isinstance(value, str):  # worker_kind: argparse's choices
+            continue
         zero = key in ("wait_ms", "char_limit", "workers", "alpha")  # 0: no window, no limit, auto, no penalty
         if value < 0 or (value == 0 and not zero):
             must = "must not be negative" if zero else "must be positive"
@@ -236,15 +246,17 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--file-expiry must be positive, got {args.file_expiry}")
     files = False if args.disable_files_translation else FileStore(args.files_dir or default_folder(), args.file_expiry)
     torch.set_num_threads(settings.threads)
-    print(
-        f"transduce serve: {worker_count(settings)} worker(s) x {settings.threads} thread(s) "
-        f"({usable_cores()} usable cores), sharing each model's weights",
-        flush=True,
-    )
+    workers = worker_count(settings)
     backend = backend_from_args(args)
     if args.model is not None:
         translator = load(args.model, device=args.device, backend=backend)
         print(f"transduce serve: {translator.fast_paths.line()}", flush=True)
+        kind, why = worker_kind(settings.worker_kind, workers, translator.origin)
+        print(
+            f"transduce serve: {workers} {kind} worker(s) x {settings.threads} thread(s) ({usable_cores()} usable "
+            f"cores): {why}",
+            flush=True,
+        )
         app = create_app(
             translator,
             settings,

@@ -24,6 +24,7 @@ from .alignment import word_alignments
 from .batcher import Batcher, Job
 from .keys import Access, Denied
 from .registry import Loaded, ModelPool, ModelSpec, NoModel, PoolFull
+from .replicas import Replica, worker_kind
 
 
 @dataclass
@@ -41,8 +42,10 @@ class Settings:
     beam: int = PAPER.beam  # beam of the LibreTranslate API and the page
     alpha: float = PAPER.alpha  # length penalty of the LibreTranslate API and the page
     char_limit: int = 0  # characters per LibreTranslate request, all texts together (0: no limit)
-    workers: int = 0  # threads decoding at once, sharing each model's weights (0: cores // threads)
+    workers: int = 0  # batches decoded at once (0: cores // threads)
     threads: int = 1  # torch intra-op threads of each worker
+    # processes with a model each, or threads sharing one (replicas.worker_kind); `transduce serve`: auto
+    worker_kind: str = "thread"
 
     @property
     def search(self) -> SearchOptions:
@@ -220,13 +223,21 @@ class Service:
 
 def make_batcher_factory(settings: Settings, metrics):
     def make(spec: ModelSpec, translator) -> Batcher:
+        def here(sentences, sources, job):
+            return run_job(translator, sentences, sources, job)
+
+        workers = worker_count(settings)
+        kind, _ = worker_kind(settings.worker_kind, workers, getattr(translator, "origin", None))
+        runners = here
+        if kind == "process":
+            runners = [Replica(translator.origin, settings.threads, run_job, here, i) for i in range(workers)]
         return Batcher(
-            lambda sentences, sources, job: run_job(translator, sentences, sources, job),
+            runners,
             settings.wait_ms / 1000,
             settings.batch_tokens,
             settings.max_batch_requests,
             on_batch=metrics.on_batch(spec.pair),
-            workers=worker_count(settings),
+            workers=workers,
         )
 
     return make

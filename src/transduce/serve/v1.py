@@ -13,7 +13,8 @@
                         and the alignments are the last model's, its source the pivot text
     GET  /v1/models     -> [{"name", "source", "target", "targets", "loaded", "bytes"}]
     GET  /v1/health     -> {"status": "ok", "model", "src_lang", "tgt_lang", "models", "loaded", "pending",
-                            "requests", "batches", "max_requests_in_batch"}   (/health is LibreTranslate's)
+                            "requests", "batches", "max_requests_in_batch", "worker_processes",
+                            "worker_process_mib"}   (/health is LibreTranslate's)
 
 ``/v1/attention`` decodes with the server's length penalty (``transduce serve --alpha``). ``/v1/translate``
 answers the model's output as it is: the LibreTranslate API's rules for empty translations, text with
@@ -106,6 +107,8 @@ class Health(BaseModel):
     requests: int = Field(description="requests translated by the loaded models' batchers")
     batches: int
     max_requests_in_batch: int
+    worker_processes: int = Field(description="worker processes decoding with a model of their own, ready now")
+    worker_process_mib: float = Field(description="their resident memory together, MiB (the cost of processes)")
 
 
 def health(service: Service) -> Health:
@@ -114,6 +117,7 @@ def health(service: Service) -> Health:
     first = next(iter(pool.specs.values()))
     one = len(pool.specs) == 1
     stats = [e.batcher.stats for e in loaded]
+    replicas = [r for e in loaded for r in e.batcher.replicas]
     return Health(
         status="ok",
         model=first.name if one else "",
@@ -125,6 +129,8 @@ def health(service: Service) -> Health:
         requests=sum(s.requests for s in stats),
         batches=sum(s.batches for s in stats),
         max_requests_in_batch=max((s.max_requests_in_batch for s in stats), default=0),
+        worker_processes=sum(r.ready for r in replicas),
+        worker_process_mib=round(sum(r.rss_mib() for r in replicas if r.ready), 1),
     )
 
 
