@@ -93,6 +93,15 @@ inline float quantize_row(const float* x, int64_t K, int64_t k4, uint8_t* q, boo
     for (; k + 16 <= K; k += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
     amax = _mm512_reduce_max_ps(m);
   }
+#elif TRANSDUCE_AVX2
+  if (!portable) {  // the maximum is exact: the same value in any order
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (; k + 8 <= K; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, m);
+    for (float v : lanes) amax = std::max(amax, v);
+  }
 #endif
   for (; k < K; ++k) amax = std::max(amax, std::fabs(x[k]));
   const float s = amax > 0.0f ? amax / 127.0f : 1.0f, inv = 1.0f / s;
@@ -104,6 +113,16 @@ inline float quantize_row(const float* x, int64_t K, int64_t k4, uint8_t* q, boo
     for (; k + 16 <= K; k += 16) {
       __m512i v = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + k), vinv)), offset);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtepi32_epi8(v));
+    }
+  }
+#elif TRANSDUCE_AVX2
+  if (!portable) {  // vcvtps2dq rounds to nearest even, as nearbyint in the default rounding mode
+    const __m256 vinv = _mm256_set1_ps(inv);
+    const __m256i offset = _mm256_set1_epi32(128);
+    for (; k + 8 <= K; k += 8) {
+      const __m256i v = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv)), offset);
+      const __m128i w16 = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));  // 1..255
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(q + k), _mm_packus_epi16(w16, w16));
     }
   }
 #endif
@@ -129,7 +148,14 @@ struct Quantized {
 #if TRANSDUCE_AVX2
     if (portable) return;
     xs.resize(M * k4), xa.resize(M * k4);
-    for (int64_t i = 0; i < M * k4; ++i) {
+    int64_t i = 0;
+    const __m256i offset = _mm256_set1_epi8(static_cast<char>(128));
+    for (; i + 32 <= M * k4; i += 32) {  // x_q = (x_q + 128) - 128 and |x_q|, 32 bytes at a time
+      const __m256i v = _mm256_sub_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.data() + i)), offset);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xs.data() + i), v);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xa.data() + i), _mm256_abs_epi8(v));
+    }
+    for (; i < M * k4; ++i) {
       const int32_t v = static_cast<int32_t>(xq[i]) - 128;
       xs[i] = static_cast<int8_t>(v), xa[i] = static_cast<uint8_t>(v < 0 ? -v : v);
     }
