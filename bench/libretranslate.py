@@ -11,14 +11,18 @@ then measures, on all cores and on one core (``taskset``):
 
 - LibreTranslate at its best (``ARGOS_INTRA_THREADS=1``, one replica per core: ``ARGOS_INTER_THREADS``) and with
   its defaults (all cores only);
-- ``transduce serve`` with its defaults (one worker per core, one thread each).
+- ``transduce serve`` with its defaults (one worker per core, one thread each: on 2 cores, threads sharing one
+  copy of the model), and with ``--worker-kind process`` (a process and a copy of the model per worker, measured
+  once all are up) on all cores.
 
 Each server runs alone while it is measured; rounds alternate the servers. The loads: one sentence at a time
-(requests/s, p50 ms), 8 concurrent clients of one sentence each (requests/s, p50 ms, cores used by the server
-process), and whole ~2,000-character texts one at a time (characters/s). Both servers decode with beam 4 (the
-default of both); LibreTranslate's length penalty is CTranslate2's, 0.2, hard-coded, transduce's the paper's
-α = 0.6 (another formula: ``docs/serving.md``). The outputs of both are compared (identical sentences, and BLEU
-of one against the other), and each server's resident memory is read after its loads. Prints markdown.
+(requests/s, p50 ms), 8 concurrent clients of one sentence each (requests/s, p50 ms, cores used by the server's
+processes), and whole ~2,000-character texts one at a time (characters/s). The clients run on the same cores
+(as a co-located front end would), so no server can have all of them. Both servers decode with beam 4 and
+length penalty 0.2: LibreTranslate's is hard-coded to CTranslate2's 0.2 (``length_penalty``), so transduce runs
+with ``--alpha 0.2`` (its default is the paper's 0.6; the formulas differ: ``docs/serving.md``). The outputs of
+both are compared (identical sentences, and BLEU of one against the other), and each server's resident memory
+(all its processes) is read after its loads. Prints markdown.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import httpx
 from common import ROOT, free_port, load_average, machine, revision
 
 LT_VERSION = "1.9.6"
+LT_LENGTH_PENALTY = 0.2  # argos-translate-lt's, hard-coded; transduce is given the same (--alpha)
 
 
 # ---------------------------------------------------------------- LibreTranslate, offline
@@ -85,6 +90,7 @@ class Server:
     port: int = 0
     start_s: float = 0.0
     log: Path | None = None
+    processes: int = 0  # worker processes a transduce server has when ready (measured once they are)
 
     def start(self, work: Path) -> None:
         self.port = free_port()
@@ -105,11 +111,19 @@ class Server:
             try:
                 if httpx.get(f"{self.url}/languages", timeout=2).status_code == 200:
                     self.start_s = time.monotonic() - began
+                    self.wait_for_workers(deadline)
                     return
             except httpx.HTTPError:
                 time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"{self.name} did not answer within 300 s: {self.log}")
+
+    def wait_for_workers(self, deadline: float) -> None:
+        """A transduce server answers while its worker processes load; they are measured once all are up."""
+        while self.processes and time.monotonic() < deadline:
+            if httpx.get(f"{self.url}/v1/health", timeout=2).json()["worker_processes"] == self.processes:
+                return
+            time.sleep(0.2)
 
     @property
     def url(self) -> str:
@@ -219,7 +233,7 @@ def servers_for(model: Path, venv: Path, env: dict[str, str], pair, cores: int) 
     lt_cmd = [str(venv / "bin" / "libretranslate"), "--host", "127.0.0.1", "--port", "{port}"]
     lt_cmd += ["--load-only", ",".join(pair), "--disable-files-translation"]
     td_cmd = [sys.executable, "-m", "transduce", "serve", "--model", str(model), "--port", "{port}"]
-    td_cmd += ["--disable-files-translation"]
+    td_cmd += ["--disable-files-translation", "--beam", "4", "--alpha", str(LT_LENGTH_PENALTY)]
     every = f"0-{cores - 1}"
     best = {"ARGOS_INTRA_THREADS": "1", "ARGOS_INTER_THREADS": str(cores)}
     return {
@@ -227,6 +241,7 @@ def servers_for(model: Path, venv: Path, env: dict[str, str], pair, cores: int) 
             Server("LibreTranslate, best", lt_cmd, {**env, **best}, every),
             Server("LibreTranslate, defaults", lt_cmd, env, every),
             Server("transduce", td_cmd, {}, every),
+            Server("transduce, processes", [*td_cmd, "--worker-kind", "process"], {}, every, processes=cores),
         ],
         "1 core": [
             Server(
@@ -314,7 +329,7 @@ def main() -> None:
     print(
         f"`python bench/libretranslate.py {' '.join(sys.argv[1:])}`; {machine()}; {time.strftime('%Y-%m-%d')}; "
         f"commit {revision()}; {len(sentences)} sentences, {len(texts)} texts of about 2,000 characters; "
-        f"{args.rounds} rounds, medians; beam 4 both.\n"
+        f"{args.rounds} rounds, medians; beam 4 and length penalty {LT_LENGTH_PENALTY} both.\n"
     )
     for spec in args.model:
         name, _, directory = spec.partition("=")

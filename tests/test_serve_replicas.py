@@ -24,10 +24,11 @@ SENTENCES = ["the cat sits on the mat .", "a man rides a horse .", "two dogs pla
 
 def test_worker_kind_auto_takes_processes_for_several_cpu_workers_of_a_model_directory():
     origin = Origin(Path("m"), "fp32")
-    assert worker_kind("auto", 2, origin)[0] == "process"
-    assert worker_kind("auto", 1, origin)[0] == "thread"  # no parallelism to gain, only memory to lose
+    assert worker_kind("auto", 3, origin)[0] == "process"
+    assert worker_kind("auto", 2, origin)[0] == "thread"  # within noise of processes on 2 cores, for less memory
+    assert worker_kind("auto", 1, origin)[0] == "thread"
     assert worker_kind("auto", 4, None)[0] == "thread"  # a translator handed over in memory: nothing to reload
-    assert worker_kind("auto", 2, Origin(Path("m"), "fp32", "cuda"))[0] == "thread"  # one GPU
+    assert worker_kind("auto", 4, Origin(Path("m"), "fp32", "cuda"))[0] == "thread"  # one GPU
     assert worker_kind("thread", 8, origin)[0] == "thread"
     assert worker_kind("process", 1, origin)[0] == "process"
     with pytest.raises(ValueError, match="needs a model loaded from a directory"):

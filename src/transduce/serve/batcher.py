@@ -31,6 +31,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+REPLICAS_AFTER_S = 2.0  # worker processes start after the first batch, or this long after the batcher
+
 
 @dataclass(eq=False)
 class Job:
@@ -100,6 +102,7 @@ class Batcher:
         self._stopping = False
         self._busy = 0  # workers decoding now
         self._exclusive = False  # an exclusive job is running
+        self._first_batch = threading.Event()
         self._threads = [
             threading.Thread(target=self._work, args=(i,), name=f"transduce-worker-{i}", daemon=True)
             for i in range(workers)
@@ -111,13 +114,22 @@ class Batcher:
         return [r for r in self.runners if hasattr(r, "stop")]
 
     def start(self) -> None:
-        for replica in self.replicas:
-            replica.start()
         for thread in self._threads:
             thread.start()
+        if self.replicas:
+            threading.Thread(target=self._start_replicas, name="transduce-replicas", daemon=True).start()
+
+    def _start_replicas(self) -> None:
+        """Start the worker processes after the first batch is answered (or ``REPLICAS_AFTER_S``): their start-up
+        (PyTorch imported on every core) does not slow the server's first answers, which the server process
+        gives meanwhile."""
+        self._first_batch.wait(REPLICAS_AFTER_S)
+        for replica in self.replicas:
+            replica.start()
 
     def stop(self, timeout: float | None = None) -> None:
         """Finish every queued job, then end the workers."""
+        self._first_batch.set()  # replicas not started yet never start
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
@@ -268,6 +280,7 @@ class Batcher:
             self.stats.sentences += len(sentences)
             self.stats.batches += 1
             self.stats.max_requests_in_batch = max(self.stats.max_requests_in_batch, len(live))
+        self._first_batch.set()
         if self.on_batch is not None:
             self.on_batch(len(live), len(sentences))
         return [(job, job.results) for job in finished]

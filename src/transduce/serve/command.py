@@ -11,6 +11,7 @@ The app itself is :func:`transduce.serve.server.create_app`.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 from pathlib import Path
 
@@ -65,9 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--worker-kind",
         choices=KINDS,
         default="auto",
-        help="process: each worker a process with its own copy of the model (more memory, every core busy); "
-        "thread: workers share the server process's copy and Python's GIL; auto (default): processes when "
-        "more than one worker decodes on the CPU",
+        help="process: each worker a process with its own copy of the model (more memory, no shared GIL); "
+        "thread: workers share the server process's copy and Python's GIL; auto (default): processes from "
+        "3 workers on the CPU",
     )
     parser.add_argument(
         "--threads",
@@ -288,5 +289,6 @@ def run(args: argparse.Namespace) -> int:
             suggestions=suggestions,
             files=files,
         )
+    gc.freeze()  # what is loaded by now is never garbage: the collector stops walking it at every collection
     uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout, log_level="info")
     return 0

@@ -9,7 +9,7 @@ its own copy for encoding and for jobs a replica cannot take yet: until a replic
 seconds after a start) or after it died, its worker thread decodes in the server process, so no request
 waits for a replica and none is lost with one. A replica that dies (killed, crashed) fails the batch it
 held and starts again. The cost is memory: each replica holds the model and its own PyTorch runtime
-(``replica_mib`` in ``/v1/health``).
+(``worker_process_mib`` in ``/v1/health``; about 290 MiB each for the demo's model).
 
 :func:`worker_kind` chooses between processes and threads, in one place, from ``--worker-kind``.
 """
@@ -28,6 +28,10 @@ from typing import Any
 from ..api import Origin
 
 KINDS = ("auto", "process", "thread")
+# auto's threshold. Offline, two processes decode 2.05x one on 2 cores, two threads 1.69x: Python's part of a
+# step holds the GIL, a share that grows with every thread. Served on 2 cores beside their clients, threads
+# and processes were within noise of each other (docs/serving.md) for 2.7x the memory: processes from 3 workers.
+PROCESSES_FROM = 3
 
 
 def worker_kind(kind: str, workers: int, origin: Origin | None) -> tuple[str, str]:
@@ -45,8 +49,8 @@ def worker_kind(kind: str, workers: int, origin: Origin | None) -> tuple[str, st
         return "thread", f"one {origin.device} device: its copies would share it"
     if kind == "process":
         return "process", "--worker-kind process"
-    if workers < 2:
-        return "thread", "one worker: a process would add memory and no parallelism"
+    if workers < PROCESSES_FROM:
+        return "thread", f"{workers} worker(s): threads share one copy of the model (processes from {PROCESSES_FROM})"
     return "process", f"{workers} workers on the CPU: processes, so Python's GIL is not shared"
 
 
