@@ -227,7 +227,7 @@ def test_workers_default_to_one_per_usable_core(tiny_model_dir, capsys, monkeypa
     assert service.worker_count(Settings()) == 4 and service.worker_count(Settings(threads=2)) == 2
     assert service.worker_count(Settings(workers=3, threads=2)) == 3
     assert main(["serve", "--model", str(tiny_model_dir)]) == 0
-    assert "4 worker(s) x 1 thread(s)" in capsys.readouterr().out
+    assert "4 process worker(s) x 1 thread(s)" in capsys.readouterr().out  # processes from 3 workers
     assert torch.get_num_threads() == 1
     assert main(["serve", "--model", str(tiny_model_dir), "--workers", "-1"]) == 2
     assert "--workers must not be negative, got -1" in capsys.readouterr().err

@@ -124,15 +124,18 @@ class Batcher:
         (PyTorch imported on every core) does not slow the server's first answers, which the server process
         gives meanwhile."""
         self._first_batch.wait(REPLICAS_AFTER_S)
-        for replica in self.replicas:
-            replica.start()
+        with self._cv:
+            if self._stopping:
+                return
+            for replica in self.replicas:
+                replica.start()
 
     def stop(self, timeout: float | None = None) -> None:
         """Finish every queued job, then end the workers."""
-        self._first_batch.set()  # replicas not started yet never start
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
+        self._first_batch.set()  # replicas not started yet never start
         for thread in self._threads:
             thread.join(timeout)
         for replica in self.replicas:

@@ -290,5 +290,10 @@ def run(args: argparse.Namespace) -> int:
             files=files,
         )
     gc.freeze()  # what is loaded by now is never garbage: the collector stops walking it at every collection
-    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout, log_level="info")
+    try:
+        uvicorn.run(
+            app, host=args.host, port=args.port, timeout_graceful_shutdown=args.graceful_timeout, log_level="info"
+        )
+    finally:  # the models' workers (threads, processes) end with the command, however uvicorn ended
+        app.state.pool.stop()
     return 0
