@@ -79,7 +79,8 @@ bench: $(STAMP)
 	$(PY) bench/run.py --out BENCHMARKS.md
 
 # transduce serve against the real LibreTranslate (pinned, in its own venv, offline) on the same two models: the
-# demo's and a base-size one trained for 25 minutes on the demo's data (docs/serving.md); not part of `make test`
+# demo's and a base-size one trained for 20 minutes on the demo's data (configs/bench-base-bible.toml; on 2 AVX2
+# cores in fp32 that is ~20 updates, too few to translate: docs/serving.md); not part of `make test`
 LT_VENV := runs/bench/lt/venv
 bench-libretranslate: $(STAMP)
 	test -x $(LT_VENV)/bin/libretranslate || { $(PYTHON) -m venv $(LT_VENV) && $(LT_VENV)/bin/pip install -q $(TORCH) \
