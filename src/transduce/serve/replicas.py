@@ -2,7 +2,7 @@
 
 Threads sharing one model (:mod:`~transduce.serve.batcher`) run in parallel only while the C++ step holds
 no GIL; beam search's bookkeeping between steps, the HTTP side and the garbage collector all take Python's
-one GIL, so two threads used about 1.6 of 2 cores. A :class:`Replica` is a process that loads the model
+one GIL, so offline two threads decode 1.69x one thread on 2 cores, two processes 2.05x. A :class:`Replica` is a process that loads the model
 directory again (same backend, same intra-op threads, hence the same bits: served output equals offline
 output) and runs the batcher's jobs that one worker thread hands it over a pipe. The server process keeps
 its own copy for encoding and for jobs a replica cannot take yet: until a replica has loaded (the first
@@ -35,8 +35,8 @@ PROCESSES_FROM = 3
 
 
 def worker_kind(kind: str, workers: int, origin: Origin | None) -> tuple[str, str]:
-    """``("process" | "thread", why)``: processes when asked or, for ``auto``, when more than one worker
-    decodes on the CPU a model loaded from a directory."""
+    """``("process" | "thread", why)``: processes when asked or, for ``auto``, when ``PROCESSES_FROM`` or more
+    workers decode on the CPU a model loaded from a directory."""
     if kind not in KINDS:
         raise ValueError(f"--worker-kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if kind == "thread":
