@@ -98,6 +98,35 @@ def test_abbreviations_do_not_end_sentences():
     ]
 
 
+SPEECH = [
+    "The patriarchs, moved with jealousy against Joseph, sold him into Egypt.",
+    "God was with him, and delivered him out of all his afflictions.",
+    "He made him governor over Egypt and all his house.",
+    "Our fathers found no food in the land of Canaan that year.",
+]
+
+
+@pytest.mark.parametrize("marks", ['""', "“”", "„“", "«»", "‘’", "``", "()", "[]"])
+def test_a_long_quotation_is_split_at_its_sentence_ends(marks):
+    """The segmenter keeps a quotation whole: one of four sentences (over 200 characters) is cut into its
+    sentences, each mark kept on the sentence it opens or closes, and the text comes back exactly."""
+    opening, closing = marks
+    text = f"He said, {opening}{' '.join(SPEECH)}{closing} Then he left."
+    pieces = split_text(text, "en")
+    assert "".join(p.text for p in pieces) == text
+    assert sentences(pieces) == [
+        f"He said, {opening}{SPEECH[0]}",
+        *SPEECH[1:-1],
+        f"{SPEECH[-1]}{closing}",
+        "Then he left.",
+    ]
+
+
+def test_a_short_quotation_stays_one_sentence():
+    text = '"Stop. Now. Go home," he said. Then he left.'
+    assert sentences(split_text(text, "en")) == ['"Stop. Now. Go home," he said.', "Then he left."]
+
+
 def test_reassemble_checks_the_count():
     pieces = split_text("One. Two.", "en")
     with pytest.raises(ValueError):

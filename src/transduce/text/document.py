@@ -34,6 +34,10 @@ _ENDS = ".!?\u2026"
 _CLOSERS = re.compile(f"([{_CLOSING}{_ENDS}]+)(?=\\s|$)")
 # a sentence end, closing marks, whitespace, then opening marks and a letter: maybe a boundary the segmenter missed
 _CLOSED_END = re.compile(f"[{_ENDS}][{_CLOSING}]+(\\s+)[{_QUOTES}(\\[]*([^\\W\\d_])")
+# a sentence piece longer than this that holds sentence ends inside quotes or brackets is split at them
+LONG_SENTENCE_CHARS = 200
+_PAIRED = re.compile(f"[{_QUOTES}`()\\[\\]{{}}\u300c-\u300f\uff08\uff09]")
+_CLOSING_RUN = re.compile(f"[{_QUOTES}`)\\]}}\u300d\u300f\uff09{_ENDS}]*")
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,36 @@ def split_paragraph(text: str, lang: str) -> list[Piece]:
     if pos < len(text):
         lead, core, trail = _EDGES.match(text[pos:]).groups()
         pieces += [Piece(p, s) for p, s in ((lead, False), (core, True), (trail, False)) if p]
-    return _merge([q for p in _closers_back(pieces) for q in _split_closed(p)])
+    return _merge([q for p in _closers_back(pieces) for q in _split_closed(p) for q in _split_long(q, lang)])
+
+
+def _split_long(piece: Piece, lang: str) -> list[Piece]:
+    """A sentence piece of more than ``LONG_SENTENCE_CHARS`` characters cut at the sentence ends inside its
+    quotes and brackets. The segmenter keeps a quotation or a bracket whole, however many sentences it
+    holds (``"The patriarchs … sold him. God was with him. …"`` over 800 characters in Acts 7), and a model
+    trained on sentences translates such a stretch worse and slower than its sentences one by one; a short
+    quotation (``"Stop. Now," he said.``) stays one piece. The marks are hidden from a second segmentation
+    (each replaced by a space, so positions are unchanged) and stay in the text of the sentence they begin or
+    end: the marks right after a sentence's end close it, those after the space open the next."""
+    if not piece.sentence or len(piece.text) <= LONG_SENTENCE_CHARS:
+        return [piece]
+    text, hidden = piece.text, _PAIRED.sub(" ", piece.text)
+    bounds, pos = [], 0
+    for seg in segment(lang, hidden):
+        start = hidden.find(seg, pos) if seg else -1
+        if start < 0:
+            continue
+        pos = start + len(seg)
+        end = start + len(seg.rstrip())  # the sentence's last character, then the marks that close it
+        bounds.append(_CLOSING_RUN.match(text, end).end())
+    if len(bounds) < 2:
+        return [piece]
+    out, pos = [], 0
+    for end in [*bounds[:-1], len(text)]:
+        lead, core, trail = _EDGES.match(text[pos:end]).groups()
+        out += [Piece(t, s) for t, s in ((lead, False), (core, True), (trail, False)) if t]
+        pos = end
+    return _merge(out)
 
 
 def _closers_back(pieces: list[Piece]) -> list[Piece]:
