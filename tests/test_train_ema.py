@@ -36,6 +36,26 @@ def test_the_average_starts_with_a_copy_and_then_moves_by_one_minus_decay():
     assert ema.updates == 3 and not ema.model.weight.requires_grad
 
 
+def test_the_average_starts_when_the_caller_says_the_warm_up_ended_in_time():
+    model = torch.nn.Linear(3, 2)
+    ema = WeightEMA(model, decay=0.75, start=600)
+    ema.update(model, 5)
+    assert ema.updates == 0
+    ema.update(model, 6, begun=True)  # warmup_share of the budget used before 600 updates
+    ema.update(model, 7)
+    assert ema.updates == 2
+
+
+def test_config_names_an_impossible_warmup_share(data_dir, tmp_path):
+    config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
+    for bad in ("warmup_share=1.0", "warmup_share=-0.1"):
+        with pytest.raises(ConfigError, match="warmup_share"):
+            load_config(config, ["schedule=linear", bad])
+    with pytest.raises(ConfigError, match="warmup_share.*linear"):
+        load_config(config, ["schedule=rsqrt", "warmup_share=0.25"])
+    assert load_config(config, ["schedule=linear", "warmup_share=0.25"])[0].warmup_share == 0.25
+
+
 def test_config_names_an_impossible_decay_or_a_start_without_one(data_dir, tmp_path):
     config = write_config(tmp_path / "c.toml", data_dir, tmp_path / "run")
     for bad in ("ema_decay=1.0", "ema_decay=-0.1"):

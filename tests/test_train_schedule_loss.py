@@ -42,6 +42,18 @@ def test_linear_warms_up_then_decays_to_zero_with_the_budget():
     assert Schedule("linear", warmup=10, peak_lr=1e-3)(50, 0.5) == pytest.approx(5e-4)
 
 
+def test_warmup_share_ends_the_warm_up_by_a_fraction_of_the_budget():
+    """A wall-clock budget on a slow machine may hold fewer updates than ``warmup``: the ramp also ends
+    once ``warmup_share`` of the budget is used, whichever comes first."""
+    assert linear_lr(100, 1e-3, 600, progress=0.1, warmup_share=0.25) == pytest.approx(1e-3 * 0.4 * 0.9)
+    assert linear_lr(100, 1e-3, 600, progress=0.1) == pytest.approx(1e-3 * 100 / 600 * 0.9)  # off: steps only
+    assert linear_lr(300, 1e-3, 600, progress=0.5, warmup_share=0.25) == pytest.approx(5e-4)  # at peak, decaying
+    assert linear_lr(600, 1e-3, 600, progress=0.05, warmup_share=0.25) == pytest.approx(9.5e-4)  # steps first
+    sched = Schedule("linear", warmup=600, peak_lr=1e-3, warmup_share=0.25)
+    assert not sched.warmed_up(100, 0.2) and sched.warmed_up(100, 0.25) and sched.warmed_up(600, 0.0)
+    assert not Schedule("inverse_sqrt", warmup=600).warmed_up(100, 0.9)  # no budget: steps only
+
+
 def test_schedule_object_and_set_lr():
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.Adam([{"params": [model.weight]}, {"params": [model.bias]}])

@@ -36,6 +36,7 @@ class TrainConfig:
     # optimiser and schedule (§5.3)
     schedule: Literal["rsqrt", "inverse_sqrt", "linear"] = "rsqrt"  # linear: decays to 0 at the budget's end
     warmup: int = 4000
+    warmup_share: float = 0.0  # linear: the warm-up also ends once this fraction of the budget is used (0 = off)
     lr_scale: float = 1.0  # rsqrt: multiplies d_model^-0.5 · min(...)
     peak_lr: float = 5e-4  # inverse_sqrt, linear: the learning rate reached at the end of warm-up
     init_lr: float = 0.0  # inverse_sqrt, linear: the learning rate at step 0
@@ -107,6 +108,12 @@ class TrainConfig:
         ):
             check(getattr(self, key) >= 1, key, f"must be at least 1, got {getattr(self, key)}")
         check(self.warmup >= 1, "warmup", f"must be at least 1, got {self.warmup}")
+        check(0 <= self.warmup_share < 1, "warmup_share", f"must be in [0, 1) (0 = off), got {self.warmup_share}")
+        check(
+            self.warmup_share == 0 or self.schedule == "linear",
+            "warmup_share",
+            f"applies to the linear schedule (a budget to share), not {self.schedule!r}",
+        )
         for key in ("lr_scale", "peak_lr"):
             check(getattr(self, key) > 0, key, f"must be positive, got {getattr(self, key)}")
         check(self.init_lr >= 0, "init_lr", f"must be non-negative, got {self.init_lr}")

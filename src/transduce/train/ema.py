@@ -38,10 +38,11 @@ class WeightEMA:
         return self.averaged.module
 
     @torch.no_grad()
-    def update(self, model: torch.nn.Module, step: int) -> None:
-        """Fold ``model``'s weights after update ``step`` (1-based) into the average, once ``step`` >= start.
-        As ``AveragedModel.update_parameters`` with ``get_ema_multi_avg_fn``; nothing is read from the device."""
-        if step < self.start:
+    def update(self, model: torch.nn.Module, step: int, begun: bool = False) -> None:
+        """Fold ``model``'s weights after update ``step`` (1-based) into the average, once ``step`` >= start
+        (or ``begun``: the caller's own start, the end of a warm-up counted in time). As
+        ``AveragedModel.update_parameters`` with ``get_ema_multi_avg_fn``; nothing is read from the device."""
+        if step < self.start and not begun and self.updates == 0:
             return
         groups: dict[tuple, tuple[list, list]] = {}  # by device and dtype, as AveragedModel groups them
         for kept, live in zip(self.averaged.parameters(), model.parameters()):

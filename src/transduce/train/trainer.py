@@ -124,7 +124,9 @@ class Trainer:
             if cfg.ema_decay > 0 and self.ctx.is_main
             else None
         )
-        schedule = Schedule(cfg.schedule, cfg.warmup, model_cfg.d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr)
+        schedule = Schedule(
+            cfg.schedule, cfg.warmup, model_cfg.d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr, cfg.warmup_share
+        )
         self.stepper = Stepper(
             self.model,
             self.optimizer,
@@ -363,8 +365,9 @@ class Trainer:
         if not self._account(stats, log):
             return False
         self.step += 1
-        if self.ema is not None:
-            self.ema.update(self.model, self.step)
+        if self.ema is not None:  # from ema_start, or from the end of warm-up
+            begun = self.cfg.ema_start is None and self.stepper.schedule.warmed_up(self.step, self.progress())
+            self.ema.update(self.model, self.step, begun)
         if not self.ctx.enabled:
             self.elapsed = time.perf_counter() - start
         log.update(self.step, stats)

@@ -60,7 +60,7 @@ def schedule_curves(config: str | None, d_models: list[int], warmup: int, steps:
         schedules = [
             (
                 f"{Path(config).name}: {cfg.schedule}, d_model {d_model}, warmup {cfg.warmup}",
-                Schedule(cfg.schedule, cfg.warmup, d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr),
+                Schedule(cfg.schedule, cfg.warmup, d_model, cfg.lr_scale, cfg.peak_lr, cfg.init_lr, cfg.warmup_share),
             )
         ]
     else:
