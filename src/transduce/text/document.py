@@ -53,26 +53,37 @@ class Piece:
         return _SPACE.sub(" ", self.text)
 
 
-def split_paragraph(text: str, lang: str) -> list[Piece]:
-    """Sentences and the verbatim whitespace around them; ``"".join(p.text for p in pieces) == text``."""
-    pieces: list[Piece] = []
+def _spans(lang: str, text: str):
+    """``(start, end)`` of each sentence the segmenter finds in ``text``, in order; it stops where the segmenter
+    changed the text (what follows is then one sentence, for the caller)."""
     pos = 0
     for seg in segment(lang, text):
         if not seg:
             continue
         start = text.find(seg, pos)
-        if start < 0:  # the segmenter changed the text: the rest becomes one sentence (below)
-            break
+        if start < 0:
+            return
+        pos = start + len(seg)
+        yield start, pos
+
+
+def _stretch(text: str) -> list[Piece]:
+    """A stretch of text as its leading whitespace, its sentence and its trailing whitespace (those not empty)."""
+    lead, core, trail = _EDGES.match(text).groups()
+    return [Piece(t, s) for t, s in ((lead, False), (core, True), (trail, False)) if t]
+
+
+def split_paragraph(text: str, lang: str) -> list[Piece]:
+    """Sentences and the verbatim whitespace around them; ``"".join(p.text for p in pieces) == text``."""
+    pieces: list[Piece] = []
+    pos = 0
+    for start, end in _spans(lang, text):
         if start > pos:
             pieces.append(Piece(text[pos:start]))
-        lead, core, trail = _EDGES.match(seg).groups()
-        pieces += [Piece(lead)] if lead else []
-        pieces += [Piece(core, sentence=True)] if core else []
-        pieces += [Piece(trail)] if trail else []
-        pos = start + len(seg)
-    if pos < len(text):
-        lead, core, trail = _EDGES.match(text[pos:]).groups()
-        pieces += [Piece(p, s) for p, s in ((lead, False), (core, True), (trail, False)) if p]
+        pieces += _stretch(text[start:end])
+        pos = end
+    if pos < len(text):  # the segmenter changed the text: the rest is one sentence
+        pieces += _stretch(text[pos:])
     return _merge([q for p in _closers_back(pieces) for q in _split_closed(p) for q in _split_long(q, lang)])
 
 
@@ -87,22 +98,14 @@ def _split_long(piece: Piece, lang: str) -> list[Piece]:
     if not piece.sentence or len(piece.text) <= LONG_SENTENCE_CHARS:
         return [piece]
     text, hidden = piece.text, _PAIRED.sub(" ", piece.text)
-    bounds, pos = [], 0
-    for seg in segment(lang, hidden):
-        start = hidden.find(seg, pos) if seg else -1
-        if start < 0:
-            continue
-        pos = start + len(seg)
-        end = start + len(seg.rstrip())  # the sentence's last character, then the marks that close it
-        bounds.append(_CLOSING_RUN.match(text, end).end())
+    # each sentence's last character, then the marks that close it
+    bounds = [
+        _CLOSING_RUN.match(text, start + len(hidden[start:end].rstrip())).end() for start, end in _spans(lang, hidden)
+    ]
     if len(bounds) < 2:
         return [piece]
-    out, pos = [], 0
-    for end in [*bounds[:-1], len(text)]:
-        lead, core, trail = _EDGES.match(text[pos:end]).groups()
-        out += [Piece(t, s) for t, s in ((lead, False), (core, True), (trail, False)) if t]
-        pos = end
-    return _merge(out)
+    cuts = [0, *bounds[:-1], len(text)]
+    return [q for a, b in zip(cuts, cuts[1:]) for q in _stretch(text[a:b])]
 
 
 def _closers_back(pieces: list[Piece]) -> list[Piece]:
@@ -115,8 +118,7 @@ def _closers_back(pieces: list[Piece]) -> list[Piece]:
             out.append(p)
             continue
         out[-1] = Piece(out[-1].text + run.group(1), sentence=True)
-        lead, core, trail = _EDGES.match(p.text[run.end(1) :]).groups()
-        out += [Piece(t, s) for t, s in ((lead, False), (core, True), (trail, False)) if t]
+        out += _stretch(p.text[run.end(1) :])
     return out
 
 
