@@ -12,6 +12,7 @@ from conftest import read_corpus
 from transduce.api import load
 from transduce.backends import native
 from transduce.backends.policy import decoder_for
+from transduce.decode.hypothesis import max_lengths
 from transduce.decode.search import beam_search, greedy
 from transduce.fastpaths import Choice
 from transduce.model import ModelConfig, Transformer
@@ -351,3 +352,40 @@ def test_int8_step_candidates_equal_step_then_candidates():
             if t == 2:  # two reorders before a step compose
                 c.reorder(torch.arange(rows.numel()).flip(0))
         scores, tokens = got[0][:, :4], got[2][:, :4].flatten()
+
+
+@pytest.mark.parametrize("vocab", [60, 700])
+def test_int8_whole_beam_search_equals_the_python_loop(vocab):
+    """The int8 step's beam search in one C++ call (Decoder::beam_search) returns the hypotheses of
+    search.beam_search's loop over step_candidates: tokens, log-probabilities and scores, every n-best entry,
+    with and without the length penalty, and with length limits short enough to force eos."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig.preset("tiny", vocab_size=vocab, dropout=0.0)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    fast = native.native_step(model, int8=True)
+    assert fast.searches_whole
+    src = torch.randint(4, vocab, (6, 9), generator=torch.Generator().manual_seed(1))
+    src[:, -1] = 3
+    src[2, 4], src[2, 5:] = 3, 0  # one short sentence, right-padded
+    flat = lambda found: [[(h.tokens, h.logprob, h.score) for h in hyps] for hyps in found]
+    for beam, alpha, max_len_b in ((1, 0.6, 50), (4, 0.6, 50), (4, 0.0, 3), (5, 1.0, 2)):
+        whole = beam_search(fast, src, beam=beam, alpha=alpha, max_len_b=max_len_b, nbest=beam)
+        fast.searches_whole = False
+        try:
+            loop = beam_search(fast, src, beam=beam, alpha=alpha, max_len_b=max_len_b, nbest=beam)
+        finally:
+            fast.searches_whole = True
+        assert flat(whole) == flat(loop), (beam, alpha, max_len_b)
+        assert all(len(hyps) == beam for hyps in whole)
+    limits = max_lengths(src, 0, 1.0, 2, 1000)
+    assert all(len(h.tokens) <= limit for hyps, limit in zip(whole, limits) for h in hyps)
+    assert any(len(h.tokens) == limit for hyps, limit in zip(whole, limits) for h in hyps)  # eos forced
+
+
+def test_whole_beam_search_is_for_the_int8_step(tiny_model_dir):
+    fast = native.native_step(load(tiny_model_dir).model)
+    assert not fast.searches_whole
+    with pytest.raises(ValueError, match="int8"):
+        fast.beam_search(_sources(), 4, 0.6, 1.0, 50, 1)

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from ..cpp import Isa, build
+from ..decode.hypothesis import Hypothesis, max_lengths
 from ..decode.search import TOPK_BLOCK, ids_tensor
 from ..model import Transformer
 from ..model.cache import DecoderCache, LayerCache
@@ -197,6 +198,7 @@ class NativeStep(nn.Module):
         self.ext, self.config, self.int8 = ext, model.config, int8
         self.vocab = spec.generator.weight.size(0)
         self.selects_in_step = int8  # beam search calls step_candidates (search._candidates)
+        self.searches_whole = int8  # search.beam_search hands the whole loop to beam_search below
         self._no_rows = torch.empty(0, dtype=torch.long)
         self.decoder = decoder_of(ext, spec, _int8 if int8 else _float)
         self.encoder = encoder_of(ext, spec) if int8 else None
@@ -241,6 +243,22 @@ class NativeStep(nn.Module):
         if self.int8:  # loops with their own fp32 rounding: the int8 step approximates fp32 anyway
             return self.ext.beam_candidates_fast(logits, scores, rows, k2, want, self.config.eos_id)
         return self.ext.beam_candidates(logits, scores, rows, k2, want, self.config.eos_id, TOPK_BLOCK)
+
+    def beam_search(
+        self, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int, nbest: int
+    ) -> list[list[Hypothesis]]:
+        """``search.beam_search`` for the int8 step in one C++ call (``native_step.cpp``: ``Decoder::beam_search``):
+        that loop over ``step_candidates``, with no Python between steps and the GIL released throughout, so
+        the same hypotheses. src (B, S) -> the ``nbest`` best hypotheses per sentence, best first."""
+        if not self.int8:
+            raise ValueError("the whole beam search in C++ runs the int8 step")
+        cfg = self.config
+        limits = max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions - 1)
+        enc = self.encode(src)
+        found = self.decoder.beam_search(
+            enc.keys, enc.values, enc.mask, self._positions, limits, beam, alpha, nbest, cfg.bos_id, cfg.eos_id
+        )
+        return [[Hypothesis(tokens, logprob, score) for tokens, logprob, score in hyps[:nbest]] for hyps in found]
 
     def decode_step(self, tokens: Tensor, cache: DecoderCache) -> Tensor:
         """tokens (N,) -> logits (N, V), as ``Transformer.decode_step``; the cache advances one position

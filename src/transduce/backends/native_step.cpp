@@ -10,9 +10,11 @@
 // the Python step runs.
 #include <torch/extension.h>
 
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "int8_gemm.h"
@@ -124,6 +126,10 @@ Tensor int8_linear(const Tensor& x, const Tensor& w, const c10::optional<Tensor>
 // The decoder's weights, held in C++ between steps. Per layer, `linears` holds 6 maps (self-attention
 // qkv and out, cross-attention q and out, feed-forward w1 and w2) and `norms` 6 tensors (weight and bias
 // of the self-attention, cross-attention and feed-forward layer norms).
+// One output of beam search (decode/hypothesis.py's Hypothesis): tokens without bos/eos, logprob = Σ log p
+// including eos, score = logprob / lp(|Y|).
+using Hyp = std::tuple<std::vector<int64_t>, double, double>;
+
 struct Decoder {
   static constexpr size_t LINEARS = 6, NORMS = 6;
   std::vector<Linear> linears;
@@ -163,6 +169,17 @@ struct Decoder {
                                       const std::vector<Tensor>& memory_v, const Tensor& memory_mask, int64_t beam,
                                       const c10::optional<Tensor>& rows, int8::History* history, const Tensor& scores,
                                       const Tensor& forced, int64_t k2, int64_t want, int64_t eos) const;
+
+  // decode/search.py's beam_search for the int8 step, the whole loop in one call (no Python between steps,
+  // the GIL released throughout): the same candidates, finished hypotheses, early stop and length limits, so
+  // the same hypotheses as that loop over step_candidates. memory_k/memory_v per layer (B, h, S, d_k) and
+  // memory_mask (B, 1, 1, S) from Encoder::encode; positions (max_positions, d_model): every step's positional
+  // encoding; limits (B): most output tokens per sentence (hypothesis.py's max_lengths). Returns per sentence
+  // its finished hypotheses, best first (at least nbest).
+  std::vector<std::vector<Hyp>> beam_search(std::vector<Tensor> memory_k, std::vector<Tensor> memory_v,
+                                            Tensor memory_mask, const Tensor& positions,
+                                            const std::vector<int64_t>& limits, int64_t beam, double alpha,
+                                            int64_t nbest, int64_t bos, int64_t eos) const;
 
   // tokens (N,) long; positions (1, d_model): this step's positional encoding, in the model's dtype.
   // self_k/self_v: per layer (N', h, t, d_k), empty lists at the first step; rows (N,): which of their N'
@@ -485,18 +502,12 @@ std::vector<Tensor> beam_candidates(const Tensor& logits, const Tensor& scores, 
 }
 
 // The second half of beam_candidates in loops, from each row's RowBest (int8_step.h): log p = logit - z;
-// at the length limit (forced (F,) long) a row offers eos alone; then each slot's `want` best of its R·k2
-// candidates (score + log p). scores (S, R) fp32. Returns {top_val, top_row, top_tok}, each (S, c) with
-// c = min(want, R·k2), best first (ties: the earlier row and rank).
-std::vector<Tensor> select_candidates(int8::RowBest& best, const Tensor& scores, const Tensor& forced, int64_t want,
-                                      int64_t eos) {
-  Tensor sc = scores.to(at::kFloat).contiguous(), fr = forced.to(at::kLong).contiguous();
-  const int64_t S = sc.size(0), R = sc.size(1), N = S * R, k2 = best.k, c = std::min(want, R * k2);
-  TORCH_CHECK(static_cast<int64_t>(best.z.size()) == N, "scores (", S, ", ", R, ") do not match ", best.z.size(),
-              " decoder rows");
-  const float* s = sc.data_ptr<float>();
-  std::vector<char> at_limit(N, 0);
-  for (int64_t i = 0; i < fr.numel(); ++i) at_limit[fr.data_ptr<int64_t>()[i]] = 1;
+// at the length limit (at_limit (N) nonzero) a row offers eos alone; then each slot's c best of its R·k2
+// candidates (score + log p). scores (S, R); top_val/top_row/top_tok (S, c), best first (ties: the earlier
+// row and rank). Rewrites best.val as log p.
+void select_into(int8::RowBest& best, const float* s, int64_t S, int64_t R, const char* at_limit, int64_t c,
+                 int64_t eos, float* top_val, int64_t* top_row, int64_t* top_tok) {
+  const int64_t N = S * R, k2 = best.k;
   for (int64_t n = 0; n < N; ++n) {
     float* val = best.val.data() + n * k2;
     if (at_limit[n]) {  // at the length limit only eos may follow
@@ -507,8 +518,6 @@ std::vector<Tensor> select_candidates(int8::RowBest& best, const Tensor& scores,
       for (int64_t j = 0; j < k2; ++j) val[j] -= best.z[n];
     }
   }
-  Tensor top_val = at::empty({S, c}, sc.options()), top_row = at::empty({S, c}, fr.options());
-  Tensor top_tok = at::empty({S, c}, fr.options());
   std::vector<int64_t> order(R * k2);
   std::vector<float> cand(R * k2);
   for (int64_t slot = 0; slot < S; ++slot) {
@@ -517,11 +526,27 @@ std::vector<Tensor> select_candidates(int8::RowBest& best, const Tensor& scores,
       return cand[a] > cand[b] || (cand[a] == cand[b] && a < b);
     });
     for (int64_t j = 0; j < c; ++j) {
-      top_val.data_ptr<float>()[slot * c + j] = cand[order[j]];
-      top_row.data_ptr<int64_t>()[slot * c + j] = order[j] / k2;
-      top_tok.data_ptr<int64_t>()[slot * c + j] = best.tok[slot * R * k2 + order[j]];
+      top_val[slot * c + j] = cand[order[j]];
+      top_row[slot * c + j] = order[j] / k2;
+      top_tok[slot * c + j] = best.tok[slot * R * k2 + order[j]];
     }
   }
+}
+
+// select_into over tensors: scores (S, R) fp32, forced (F,) long (rows at their length limit, may be empty).
+// Returns {top_val, top_row, top_tok}, each (S, c) with c = min(want, R·k2).
+std::vector<Tensor> select_candidates(int8::RowBest& best, const Tensor& scores, const Tensor& forced, int64_t want,
+                                      int64_t eos) {
+  Tensor sc = scores.to(at::kFloat).contiguous(), fr = forced.to(at::kLong).contiguous();
+  const int64_t S = sc.size(0), R = sc.size(1), N = S * R, c = std::min(want, R * best.k);
+  TORCH_CHECK(static_cast<int64_t>(best.z.size()) == N, "scores (", S, ", ", R, ") do not match ", best.z.size(),
+              " decoder rows");
+  std::vector<char> at_limit(N, 0);
+  for (int64_t i = 0; i < fr.numel(); ++i) at_limit[fr.data_ptr<int64_t>()[i]] = 1;
+  Tensor top_val = at::empty({S, c}, sc.options()), top_row = at::empty({S, c}, fr.options());
+  Tensor top_tok = at::empty({S, c}, fr.options());
+  select_into(best, sc.data_ptr<float>(), S, R, at_limit.data(), c, eos, top_val.data_ptr<float>(),
+              top_row.data_ptr<int64_t>(), top_tok.data_ptr<int64_t>());
   return {top_val, top_row, top_tok};
 }
 
@@ -550,6 +575,96 @@ std::vector<Tensor> Decoder::step_candidates(const Tensor& tokens, const Tensor&
   std::vector<Tensor> top = select_candidates(best, scores, forced, want, eos);
   top.insert(top.end(), out.begin() + 1, out.end());
   return top;
+}
+
+// GNMT's lp(Y) = ((5 + |Y|) / 6)^α, as hypothesis.py's length_penalty (the same pow, the same double).
+double length_penalty(int64_t length, double alpha) { return std::pow((5.0 + length) / 6.0, alpha); }
+
+std::vector<std::vector<Hyp>> Decoder::beam_search(std::vector<Tensor> memory_k, std::vector<Tensor> memory_v,
+                                                   Tensor memory_mask, const Tensor& positions,
+                                                   const std::vector<int64_t>& limits, int64_t beam, double alpha,
+                                                   int64_t nbest, int64_t bos, int64_t eos) const {
+  at::NoGradGuard no_grad;
+  TORCH_CHECK(generator.q, "beam_search runs the int8 step");
+  TORCH_CHECK(1 <= nbest && nbest <= beam, "nbest must be between 1 and the beam size ", beam, ", got ", nbest);
+  const int64_t B = static_cast<int64_t>(limits.size()), want = 2 * beam, k2 = std::min(want, generator.q->out);
+  TORCH_CHECK(B == memory_k[0].size(0), limits.size(), " length limits for ", memory_k[0].size(0), " sentences");
+  const float inf = std::numeric_limits<float>::infinity();
+  int8::History history(static_cast<int64_t>(memory_k.size()), token_weight.size(1));
+  std::vector<std::vector<Hyp>> finished(B);
+  std::vector<int64_t> slots(B), tokens(B, bos), kept;  // sentence per slot; each decoder row's last token
+  for (int64_t b = 0; b < B; ++b) slots[b] = b;
+  std::vector<float> scores(B, 0.0f);  // (slots, rows): the live beams' log-probabilities
+  std::vector<std::vector<int64_t>> paths(B);  // tokens so far per decoder row
+  int64_t rows = 1;  // decoder rows per slot: 1 at the first step, then beam
+  for (int64_t t = 0;; ++t) {
+    const int64_t S = static_cast<int64_t>(slots.size()), N = S * rows, c = std::min(want, rows * k2);
+    TORCH_CHECK(t < positions.size(0), "position ", t, " exceeds max_positions=", positions.size(0));
+    Tensor tok = at::from_blob(tokens.data(), {N}, at::kLong);
+    c10::optional<Tensor> reorder;
+    if (t > 0) reorder = at::from_blob(kept.data(), {N}, at::kLong);
+    std::vector<Tensor> out = hidden_int8(tok, positions.narrow(0, t, 1), {}, {}, memory_k, memory_v, memory_mask,
+                                          rows, reorder, &history);
+    int8::RowBest best = int8::best_of_projection(out[0].data_ptr<float>(), N, *generator.q, k2, eos);
+    std::vector<char> at_limit(N);
+    for (int64_t n = 0; n < N; ++n) at_limit[n] = limits[slots[n / rows]] <= t;
+    std::vector<float> top_val(S * c);
+    std::vector<int64_t> top_row(S * c), top_tok(S * c);
+    select_into(best, scores.data(), S, rows, at_limit.data(), c, eos, top_val.data(), top_row.data(), top_tok.data());
+
+    std::vector<int64_t> keep_slots, next_rows, next_tok;
+    std::vector<float> next_scores;
+    for (int64_t slot = 0; slot < S; ++slot) {
+      const int64_t i = slots[slot];
+      std::vector<Hyp>& fin = finished[i];
+      const size_t first = next_rows.size();  // this slot's picks start here
+      for (int64_t j = 0; j < c; ++j) {
+        const float val = top_val[slot * c + j];
+        if (val == -inf || static_cast<int64_t>(next_rows.size() - first) == beam) break;
+        const int64_t r = top_row[slot * c + j], token = top_tok[slot * c + j];
+        if (token == eos) {  // any of the 2k candidates may finish (as tensor2tensor does)
+          Hyp hyp{paths[slot * rows + r], val, val / length_penalty(t + 1, alpha)};
+          // after every hypothesis that scores at least as well (search.py's _Finished: a stable sort)
+          auto at = std::upper_bound(fin.begin(), fin.end(), hyp,
+                                     [](const Hyp& a, const Hyp& b) { return std::get<2>(a) > std::get<2>(b); });
+          fin.insert(at, std::move(hyp));
+        } else {
+          next_rows.push_back(slot * rows + r), next_tok.push_back(token), next_scores.push_back(val);
+        }
+      }
+      const int64_t picked = static_cast<int64_t>(next_rows.size() - first);
+      bool done = picked == 0 || t >= limits[i];  // search.py's _sentence_done
+      if (!done && static_cast<int64_t>(fin.size()) >= nbest) {
+        const double live = *std::max_element(next_scores.begin() + first, next_scores.end());
+        const double bound = std::max(live / length_penalty(t + 2, alpha), live / length_penalty(limits[i] + 1, alpha));
+        done = bound <= std::get<2>(fin[nbest - 1]);
+      }
+      if (done) {
+        next_rows.resize(first), next_tok.resize(first), next_scores.resize(first);
+      } else {
+        TORCH_CHECK(picked == beam, "beam search kept ", picked, " of ", beam, " beams: the vocabulary of ",
+                    generator.q->out, " is too small for a beam of ", beam);
+        keep_slots.push_back(slot);
+      }
+    }
+    if (keep_slots.empty()) return finished;
+    if (static_cast<int64_t>(keep_slots.size()) < S) {  // finished sentences leave: their encoder side too
+      Tensor idx = at::from_blob(keep_slots.data(), {static_cast<int64_t>(keep_slots.size())}, at::kLong);
+      for (size_t l = 0; l < memory_k.size(); ++l)
+        memory_k[l] = memory_k[l].index_select(0, idx), memory_v[l] = memory_v[l].index_select(0, idx);
+      if (memory_mask.defined()) memory_mask = memory_mask.index_select(0, idx);
+      std::vector<int64_t> next_slots;
+      for (int64_t slot : keep_slots) next_slots.push_back(slots[slot]);
+      slots.swap(next_slots);
+    }
+    std::vector<std::vector<int64_t>> next_paths;
+    for (size_t j = 0; j < next_rows.size(); ++j) {
+      next_paths.push_back(paths[next_rows[j]]);
+      next_paths.back().push_back(next_tok[j]);
+    }
+    paths.swap(next_paths), kept.swap(next_rows), tokens.swap(next_tok), scores.swap(next_scores);
+    rows = beam;
+  }
 }
 
 // The calls that decode (encode, step, step_candidates, the candidate selections, a linear map) release the
@@ -593,5 +708,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("activation"))
       .def("step", &Decoder::step, "one incremental Transformer decoder step", NoGil())
       .def("step_candidates", &Decoder::step_candidates, "the int8 step and beam search's candidate selection",
+           NoGil())
+      .def("beam_search", &Decoder::beam_search, "decode/search.py's beam_search with the int8 step, in one call",
            NoGil());
 }

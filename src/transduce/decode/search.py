@@ -241,6 +241,8 @@ def beam_search(
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must be between 1 and the beam size {beam}, got {nbest}")
+    if getattr(model, "searches_whole", False):  # the int8 C++ step: this loop in C++, the same hypotheses
+        return model.beam_search(src, beam, alpha, max_len_a, max_len_b, nbest)
     cfg = model.config
     B, dev = src.size(0), src.device
     limits = max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions - 1)

@@ -34,7 +34,9 @@ class DecoderStep(Protocol):
     Optional, found with ``getattr``: ``beam_candidates(logits, scores, forced, k2, want)`` does beam
     search's candidate selection in one call (the same ops as ``search._candidates``), and a decoder with
     ``selects_in_step = True`` has ``step_candidates(tokens, cache, scores, forced, want)``, the step and the
-    selection in one call; both return (top_val, top_row, top_tok), each (slots, c). A step that runs a
+    selection in one call; both return (top_val, top_row, top_tok), each (slots, c). One with
+    ``searches_whole = True`` has ``beam_search(src, beam, alpha, max_len_a, max_len_b, nbest)``, the whole of
+    ``search.beam_search`` in one call, with the same hypotheses as that loop. A step that runs a
     PyTorch model's arithmetic elsewhere (the C++ step) names that model as ``pytorch_model``, for the jobs
     that read its attention weights.
     """
