@@ -15,6 +15,7 @@ source among those that reach the target (:func:`detect_sources`, :mod:`transduc
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ class Hop:
         return f"{self.source}-{self.target}"
 
 
+@functools.lru_cache(maxsize=4096)  # pure; asked on every request
 def display_code(code: str) -> str:
     """``code`` as ``/languages`` lists it: "fra" -> "fr", "zho_Hans" -> "zh-Hans"."""
     import langcodes
@@ -50,6 +52,7 @@ def display_code(code: str) -> str:
         return code
 
 
+@functools.lru_cache(maxsize=4096)  # pure; langcodes takes ~0.1 ms a name, and /translate asks on every request
 def name(code: str) -> str:
     """The language's English name ("French"); a code listed as served, not in its standard form, says
     the code too ("French (fra)" beside "fr"); the code itself where no name is known."""

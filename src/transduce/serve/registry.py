@@ -30,6 +30,7 @@ budget: before loading another it unloads the least recently used models that no
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -208,6 +209,7 @@ def model_bytes(translator, fallback: int) -> int:
     return sum(t.numel() * t.element_size() for t in tensors) or fallback
 
 
+@functools.lru_cache(maxsize=4096)  # pure; asked several times on every request
 def language_key(code: str) -> str:
     """``code`` in its shortest standard form: "fra" and "fr" -> "fr", "zho_Hans" -> "zh-hans"; a code
     langcodes cannot read is kept as it is (lowercased)."""
