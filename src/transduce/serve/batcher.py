@@ -8,8 +8,8 @@ most ``batch_tokens``, and at most ``max_requests`` requests. So a lone long tex
 workers and decoded on all cores at once, and under load each worker's batch grows with the queue. A
 request is answered when the last of its sentences is done.
 
-No idle wait: a worker that finds the queue holding only the request it takes starts at once. The batching
-window ``wait_s`` applies only when other requests are queued, to let a batch gather company.
+No idle wait: a worker that finds the queue holding only the request it takes starts at once. A batching
+window ``wait_s`` (none by default) applies only when other requests are queued, to let a batch gather company.
 
 Decoding releases Python's GIL in the C++ step (``backends/native_step.cpp``), so thread workers run in
 parallel between the Python parts of a step, and process workers wholly; each runs torch with the intra-op
@@ -82,7 +82,7 @@ class Batcher:
     def __init__(
         self,
         translate,
-        wait_s: float = 0.005,
+        wait_s: float = 0.0,
         batch_tokens: int = 4096,
         max_requests: int = 64,
         on_batch=None,

@@ -174,7 +174,7 @@ def _add_limits(parser: argparse.ArgumentParser, d: Settings) -> None:
         "--wait-ms",
         type=float,
         default=d.wait_ms,
-        help="how long a worker waits for more requests to batch, only when others are queued (default 5)",
+        help="how long a worker waits for more requests to batch, only when others are queued (default 0: it takes what is queued)",
     )
     parser.add_argument("--batch-tokens", type=int, default=d.batch_tokens, help="source tokens per batch")
     parser.add_argument(

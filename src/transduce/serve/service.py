@@ -36,7 +36,7 @@ class Settings:
     max_body: int = 1_000_000  # bytes
     max_beam: int = 16
     timeout: float = 60.0  # seconds per request, queueing included
-    wait_ms: float = 5.0  # how long a worker waits for company when other requests are queued (never when idle)
+    wait_ms: float = 0.0  # a worker's wait for more company while others are queued; 0: it takes what is queued
     batch_tokens: int = 4096  # source tokens per batch
     max_batch_requests: int = 64  # 1 = one request at a time
     beam: int = PAPER.beam  # beam of the LibreTranslate API and the page
