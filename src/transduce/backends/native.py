@@ -5,8 +5,9 @@ more than their work. :class:`NativeStep` wraps a :class:`~transduce.model.Trans
 each step as one C++ call over the same ATen ops, so its outputs equal the Python step's.
 With ``int8=True`` decoding leaves ATen for plain C++ (an approximation of fp32, like ``--dtype int8``):
 every linear map runs ``int8_gemm.h``'s kernel (weights quantised once per output channel from the fp32
-model, activations per call and row, exact int32 sums; AVX-512 VNNI where the CPU has it), and the rest
-of the step, the encoder and beam search's candidate selection run ``int8_step.h``'s loops. Each row is
+model, activations per call and row, exact int32 sums; AVX-512 VNNI where the CPU has it), the rest
+of the step, the encoder and beam search's candidate selection run ``int8_step.h``'s loops, and beam
+search itself runs whole in one C++ call (:meth:`NativeStep.beam_search`). Each row is
 computed on its own, so int8 output does not depend on the batch or the number of threads.
 
 The extension is compiled with ``torch.utils.cpp_extension`` on first use (tens of seconds, then
