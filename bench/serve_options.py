@@ -1,0 +1,80 @@
+"""``transduce serve`` option sets side by side under concurrent one-sentence clients, in alternating rounds.
+
+    python bench/serve_options.py --model DIR --sentences FILE [--rounds 8] [--clients 8] \\
+        --variant default= --variant nowindow='--wait-ms 0' [--variant NAME='SERVE ARGS' ...]
+
+Each round starts each variant's server on all cores (``taskset``), warms it up, sends ``--count``
+sentences (beam 4, length penalty 0.2: the LibreTranslate benchmark's settings) from ``--clients``
+concurrent clients over the LibreTranslate API, and stops it; the servers take turns, round after round.
+Prints, per variant, the medians of requests/s, the server's CPU cores (its processes' CPU time over the
+wall time), the clients' cores (this process's CPU time over the wall time: the clients share the
+machine with the server), and in how many rounds it was the fastest. Servers and loads are
+``bench/libretranslate.py``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import machine, revision
+from libretranslate import LT_LENGTH_PENALTY, Server, concurrent
+
+
+def _self_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", type=Path, required=True)
+    p.add_argument("--sentences", type=Path, required=True, help="source sentences, one per line")
+    p.add_argument("--variant", action="append", required=True, help="NAME=SERVE ARGS (may be empty)")
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--count", type=int, default=400, help="sentences per round")
+    p.add_argument("--pair", default="en-de")
+    args = p.parse_args()
+    lines = [s.strip() for s in args.sentences.read_text(encoding="utf-8").splitlines() if s.strip()]
+    sentences = (lines * (-(-args.count // len(lines))))[: args.count]
+    pair = tuple(args.pair.split("-"))
+    base = [sys.executable, "-m", "transduce", "serve", "--model", str(args.model), "--port", "{port}"]
+    base += ["--disable-files-translation", "--beam", "4", "--alpha", str(LT_LENGTH_PENALTY)]
+    cores = len(os.sched_getaffinity(0))
+    servers = {}
+    for spec in args.variant:
+        name, _, extra = spec.partition("=")
+        servers[name] = Server(name, base + shlex.split(extra), {}, f"0-{cores - 1}")
+    rows: dict[str, list[tuple[float, float, float]]] = {name: [] for name in servers}
+    with tempfile.TemporaryDirectory() as work:
+        for _ in range(args.rounds):
+            for name, server in servers.items():
+                server.start(Path(work))
+                try:
+                    concurrent(server, sentences[:16], pair, args.clients)  # warm-up
+                    cpu = _self_cpu_s()
+                    wall, _, server_cores = concurrent(server, sentences, pair, args.clients)
+                    rows[name].append((len(sentences) / wall, server_cores, (_self_cpu_s() - cpu) / wall))
+                finally:
+                    server.stop()
+    print(f"`python bench/serve_options.py {shlex.join(sys.argv[1:])}`")
+    print(f"{machine()}; {time.strftime('%Y-%m-%d')}; commit {revision()}; {args.clients} clients, {args.count}")
+    print(f"sentences a round, {args.rounds} alternating rounds, medians\n")
+    print("| variant | requests/s | server cores | client cores | fastest in rounds |")
+    print("|---|---|---|---|---|")
+    fastest = [max(rows, key=lambda n: rows[n][r][0]) for r in range(args.rounds)]
+    for name, got in rows.items():
+        rate, server_cores, client_cores = (statistics.median(x[i] for x in got) for i in range(3))
+        print(f"| {name} | {rate:.1f} | {server_cores:.2f} | {client_cores:.2f} | {fastest.count(name)} |")
+
+
+if __name__ == "__main__":
+    main()
