@@ -249,11 +249,12 @@ def build_once(tmp_path_factory, name: str, build, root: Path | None = None) -> 
 
 @pytest.fixture(scope="session")
 def tiny_translator(tiny_model_dir):
-    """``transduce.load(tiny_model_dir)`` (fp32, CPU), with torch set to one thread (bit-exact decoding)."""
+    """``transduce.load(tiny_model_dir, backend="fp32")``: the Python fp32 step, the reference (``auto`` would
+    run the C++ loop step), on the CPU, with torch set to one thread (bit-exact decoding)."""
     from transduce.api import load
 
     torch.set_num_threads(1)
-    return load(tiny_model_dir)
+    return load(tiny_model_dir, backend="fp32")
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@
 
 ``scalar`` runs everywhere; ``avx2``, ``avx512`` and ``avx512vnni`` run where the CPU has them, each forced
 below the CPU's best as well. Each level is checked against exact references (float64), and every level
-against ``scalar`` bit for bit: vecmath.h's functions, the int8 GEMM, and whole int8 beam searches. On a
+against ``scalar`` bit for bit: vecmath.h's functions, the int8 and fp32 GEMMs, and whole beam searches of
+the loop step with int8 and with fp32 maps. On a
 CPU without AVX-512, ``avx512vnni-simde`` runs the AVX-512 and VNNI code anyway, each intrinsic replaced by
 SIMDe's portable implementation (tests/cpp/simde/levels.h), against the same checks. The summary of
 ``make test`` names the levels that ran (conftest.py).
@@ -103,6 +104,7 @@ def test_simd_levels_equal_scalar_bit_for_bit(level):
     for M, K, N in ((1, 5, 3), (4, 128, 384), (37, 64, 100)):
         x, w, b = torch.randn(M, K, generator=g), torch.randn(N, K, generator=g) * 0.1, torch.randn(N, generator=g)
         assert torch.equal(fast.int8_linear(x, w, b, False), scalar.int8_linear(x, w, b, False)), (M, K, N)
+        assert torch.equal(fast.Linear.fp32(w, b)(x), scalar.Linear.fp32(w, b)(x)), (M, K, N)
 
 
 def _random_model(**overrides) -> Transformer:
@@ -115,16 +117,17 @@ def _random_model(**overrides) -> Transformer:
 
 
 @pytest.mark.parametrize("level", SIMD or [pytest.param("none", marks=pytest.mark.skip(reason="no SIMD level"))])
-@pytest.mark.parametrize("activation", ["relu", "gelu", "swish"])
-def test_int8_beam_search_is_the_same_on_every_level(level, activation):
-    """Whole int8 beam searches (tokens, log-probabilities, scores) are identical on every level."""
+@pytest.mark.parametrize("maps, activation", [("int8", "relu"), ("int8", "gelu"), ("int8", "swish"), ("fp32", "gelu")])
+def test_loop_beam_search_is_the_same_on_every_level(level, maps, activation):
+    """Whole beam searches of the loop step, int8 and fp32 (tokens, log-probabilities, scores), are identical
+    on every level."""
     model = _random_model(activation=activation, norm="pre" if activation == "swish" else "post")
     src = torch.randint(4, 300, (5, 11), generator=torch.Generator().manual_seed(3))
     src[:, -1] = 3
     src[1, 6], src[1, 7:] = 3, 0  # a short sentence, right-padded
     runs = {}
     for name in ("scalar", level):
-        step = native.NativeStep(model, ext(name), int8=True)
+        step = native.NativeStep(model, ext(name), maps)
         runs[name] = [[(h.tokens, h.logprob, h.score) for h in hs] for hs in beam_search(step, src, beam=4, nbest=4)]
     assert runs[level] == runs["scalar"]
 

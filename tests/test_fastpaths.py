@@ -86,36 +86,45 @@ def model_dir(tiny_model_dir, tmp_path):
     return target
 
 
-def test_auto_stays_on_fp32_without_a_record_and_says_why(model_dir):
+@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for the C++ step")
+def test_auto_stays_on_fp32_arithmetic_without_a_record_and_says_why(model_dir):
+    """No record: fp32 arithmetic, in the C++ loop step (fp32-native) where it builds; --backend fp32 is the
+    Python step."""
     from transduce.api import load
+    from transduce.backends.native import NativeStep
 
     translator = load(model_dir)
     choice = translator.fast_paths.decoder
-    assert choice.name == "fp32" and "no accuracy record" in choice.why and "check-backends" in choice.why
-    assert type(translator.model).__name__ == "Transformer"
+    assert choice.name == "fp32-native" and "no accuracy record" in choice.why and "check-backends" in choice.why
+    assert isinstance(translator.model, NativeStep) and translator.model.maps == "fp32"
+    assert type(load(model_dir, backend="fp32").model).__name__ == "Transformer"
 
 
 def test_auto_follows_the_record(model_dir, monkeypatch):
     from transduce.backends import native
 
-    model = torch.nn.Linear(1, 1)  # only the record decides before the model is looked at
+    model = torch.nn.Linear(1, 1)  # the C++ step "covers" it below: only the record decides
+    monkeypatch.setattr(native, "supports", lambda m: None)
+    monkeypatch.setattr(native, "extension", lambda: object())
     _record(model_dir, -0.5)
     choice = decoder_backend(model, model_dir, CPU)
-    assert choice.name == "fp32" and "0.50 BLEU below" in choice.why
+    assert choice.name == "fp32-native" and "0.50 BLEU below" in choice.why and "--backend fp32" in choice.why
     _record(model_dir, -0.1, digest="0" * 64)
     assert "other weights" in decoder_backend(model, model_dir, CPU).why
     (model_dir / record_.RECORD).write_text("{not json")
     assert "not a valid record" in decoder_backend(model, model_dir, CPU).why
     _record(model_dir, -0.1)
-    monkeypatch.setattr(native, "supports", lambda m: None)
-    monkeypatch.setattr(native, "extension", lambda: object())
     choice = decoder_backend(model, model_dir, CPU)
     assert choice.name == "int8-native" and "-0.10 BLEU" in choice.why and "3.0x fp32's speed" in choice.why
     assert decoder_backend(model, model_dir, torch.device("cuda")).name == "fp32"
     assert decoder_backend(model, model_dir, CPU, ensemble=True).name == "fp32"
     assert decoder_backend(model, model_dir, CPU, "bf16") == Choice("bf16", "asked for")
     monkeypatch.setattr(native, "extension", lambda: None)
-    assert "could not be built" in decoder_backend(model, model_dir, CPU).why
+    choice = decoder_backend(model, model_dir, CPU)
+    assert choice.name == "fp32" and "could not be built" in choice.why
+    monkeypatch.setattr(native, "supports", lambda m: "additive attention")
+    choice = decoder_backend(model, model_dir, CPU)
+    assert choice.name == "fp32" and "does not cover this model (additive attention)" in choice.why
 
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for int8-native")
@@ -138,12 +147,12 @@ def test_check_backends_writes_a_record_that_load_then_uses(model_dir, capsys):
     if record["delta"] >= -policy.TOLERANCE and speed["int8-native"] > speed["fp32"]:
         assert translator.fast_paths.decoder.name == "int8-native" and isinstance(translator.model, NativeStep)
     else:
-        assert translator.fast_paths.decoder.name == "fp32"
+        assert translator.fast_paths.decoder.name == "fp32-native"
     assert load(model_dir, backend="fp32").fast_paths.decoder.name == "fp32"
     # on another machine: its speed is added beside this one's, the accuracy kept, no references needed
     record["speed"] = {"Another CPU (scalar)": record["speed"][record_.machine()]}
     (model_dir / record_.RECORD).write_text(json.dumps(record))
-    assert load(model_dir).fast_paths.decoder.name == "fp32"
+    assert load(model_dir).fast_paths.decoder.name == "fp32-native"
     assert main(["check-backends", str(model_dir), "--src", str(src), "--speed-only", "--count", "2"]) == 0
     again = json.loads((model_dir / record_.RECORD).read_text())
     assert set(again["speed"]) == {"Another CPU (scalar)", record_.machine()}
@@ -174,7 +183,7 @@ def test_training_kernels_from_the_config(monkeypatch):
 
 
 def test_auto_never_picks_a_backend_measured_slower_here(model_dir, monkeypatch):
-    """Speed counts only as measured on this machine: slower or unmeasured here, auto stays on fp32."""
+    """Speed counts only as measured on this machine: slower or unmeasured here, auto stays on fp32 arithmetic."""
     from transduce.backends import native
 
     model = torch.nn.Linear(1, 1)
@@ -182,10 +191,10 @@ def test_auto_never_picks_a_backend_measured_slower_here(model_dir, monkeypatch)
     monkeypatch.setattr(native, "extension", lambda: object())
     _record(model_dir, 0.0, speed={"fp32": 300.0, "int8-native": 250.0})  # a CPU where the C++ step loses
     choice = decoder_backend(model, model_dir, CPU)
-    assert choice.name == "fp32" and "0.83x fp32's speed on this machine, not faster" in choice.why
+    assert choice.name == "fp32-native" and "0.83x fp32's speed on this machine, not faster" in choice.why
     record = json.loads((model_dir / record_.RECORD).read_text())
     record["speed"] = {"Some Other CPU (avx512vnni)": record["speed"]["Some Other CPU (avx512vnni)"]}
     (model_dir / record_.RECORD).write_text(json.dumps(record))
     choice = decoder_backend(model, model_dir, CPU)
-    assert choice.name == "fp32" and f"not measured on this machine ({record_.machine()})" in choice.why
+    assert choice.name == "fp32-native" and f"not measured on this machine ({record_.machine()})" in choice.why
     assert "--speed-only" in choice.why

@@ -307,7 +307,8 @@ def test_output_bias_and_swish_import_from_both_formats_as_marianmt_computes_the
 
 @pytest.mark.slow
 def test_output_bias_and_swish_translate_alike_on_every_backend_and_survive_exports(biased_release, tmp_path):
-    """The imported model in a model directory: the C++ steps translate it as the Python steps do; exported to
+    """The imported model in a model directory: the C++ steps translate it as the Python steps do (fp32's loop
+    step within rounding); exported to
     MarianMT and CTranslate2 it keeps its bias and activation, and CTranslate2 translates and scores as it."""
     hf_dir, _, _ = biased_release
     assert main(["import", str(hf_dir), "--out", str(tmp_path / "m")]) == 0
@@ -326,7 +327,9 @@ def test_output_bias_and_swish_translate_alike_on_every_backend_and_survive_expo
             for t in translator.translate(lines, search=SearchOptions(beam=2), target_lang="deu", return_scores=True)
         ]
     assert len({tuple(tokens) for tokens, _ in out["fp32"]}) > 3  # outputs vary with the input
-    assert out["fp32-native"] == out["fp32"] and out["bf16-native"] == out["bf16"]
+    assert out["bf16-native"] == out["bf16"]  # ATen's ops: bit for bit
+    assert [t for t, _ in out["fp32-native"]] == [t for t, _ in out["fp32"]]  # the loop step: fp32 within rounding
+    assert max(abs(a - b) for (_, a), (_, b) in zip(out["fp32-native"], out["fp32"])) < 1e-4
 
     assert main(["export", "--to", "hf", "--model", str(tmp_path / "m"), "--out", str(tmp_path / "hf")]) == 0
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["activation_function"] == "swish"

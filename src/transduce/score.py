@@ -15,6 +15,7 @@ import sys
 import torch
 
 from .decode.rerank import sequence_logprobs
+from .decode.step import pytorch_model
 from .model import Transformer
 
 
@@ -25,9 +26,9 @@ def score(
     Inputs longer than the model's ``max_positions`` are an error naming the line (never truncated)."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} source lines but {len(targets)} target lines")
-    model = translator.model
+    model = pytorch_model(translator.model)  # teacher-forced: the PyTorch model a C++ step stands for
     if not isinstance(model, Transformer):
-        raise ValueError("scoring needs a single PyTorch model: not an ensemble and not the --native step")
+        raise ValueError("scoring needs a single PyTorch model, not an ensemble")
     limit = translator.config.max_positions - 1
     src = translator.vocabs.src.encode_batch(sources)
     tgt = translator.vocabs.tgt.encode_batch(targets)
@@ -57,7 +58,7 @@ def run(args) -> int:
     lines = [read_lines(args.source).lines, read_lines(args.target).lines]
     if len(lines[0]) != len(lines[1]):
         raise ValueError(f"{args.source} has {len(lines[0])} lines but {args.target} has {len(lines[1])}")
-    translator = load(args.model, args.device)
+    translator = load(args.model, args.device, backend="fp32")  # teacher-forced in PyTorch: fp32, not int8
     for value in score(translator, lines[0], lines[1], args.normalize, args.batch_tokens):
         sys.stdout.write(f"{value:.4f}\n")
     return 0

@@ -1,19 +1,24 @@
 """Decoding backends: the arithmetic that runs a decoder step, and the one place that chooses it.
 
-==============  ==============================================================  ==============================
+==============  ==============================================================  =====================================
 backend         what runs                                                       guarantee
-==============  ==============================================================  ==============================
+==============  ==============================================================  =====================================
 ``fp32``        the Python step (``Transformer.decode_step``), fp32              the reference; batch-invariant
-``fp32-native`` the same arithmetic, each step one C++ call                      bit-identical to ``fp32``
+``fp32-native`` C++ fp32 GEMMs and loops for encoder, step and search           fp32 within rounding; batch-invariant
 ``bf16``        the Python step in bfloat16                                     batch-invariant
 ``bf16-native`` as ``bf16``, each step one C++ call                              bit-identical to ``bf16``
 ``fp16``        the Python step in float16, on CUDA only                        approximates fp32
 ``int8``        torch's dynamic quantisation of every ``nn.Linear``             depends on the batch
-``int8-native`` C++ int8 GEMMs for encoder, step and candidate selection        batch-invariant; BLEU checked
-==============  ==============================================================  ==============================
+``int8-native`` C++ int8 GEMMs and loops for encoder, step and search           batch-invariant; BLEU checked
+==============  ==============================================================  =====================================
+
+The two loop steps (``fp32-native``, ``int8-native``) return the same bits on every SIMD level and thread
+count. ``bf16-native`` runs the Python step's ATen ops from C++ (so does ``native.native_step(model, "aten")``
+in fp32: the bit-identical C++ step the tests hold to the Python one).
 
 ``auto`` (the default) is decided by :mod:`~transduce.backends.policy` from the model directory's accuracy
-record. The names are defined here, once, without importing torch (the command lines read them).
+record: ``int8-native`` where the record vouches for it, else fp32 arithmetic (``fp32-native`` on a CPU).
+The names are defined here, once, without importing torch (the command lines read them).
 
 Modules:
 
@@ -22,7 +27,7 @@ Modules:
 - ``policy.py``: ``auto``, the backend a job may run, and building a model's decoder for a backend
 - ``record.py``: ``backends.json``, the accuracy record ``auto`` reads (read, write, weights digest)
 - ``precision.py``: a model in a decoding precision (fp32, bf16, fp16, int8): the Python step's backends
-- ``native.py``: the C++ step (``native_step.cpp``, ``int8_gemm.h``, ``int8_step.h``, ``vecmath.h``)
+- ``native.py``: the C++ step (``native_step.cpp``, ``fp32_gemm.h``, ``int8_gemm.h``, ``int8_step.h``, ``vecmath.h``)
 - ``spec.py``: the weights and settings the C++ step reads from a model, and what it does not cover
 """
 

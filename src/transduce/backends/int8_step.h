@@ -1,10 +1,11 @@
-// The int8 decoder step's non-GEMM work as plain loops over float buffers (paper §3.1, §3.2).
+// The loop step's non-GEMM work as plain loops over float buffers (paper §3.1, §3.2): the int8 step
+// (int8_gemm.h's maps) and the fp32 step (fp32_gemm.h's maps) share them.
 //
 // At batch 1 (beam 4: 4 rows) each ATen op of a step costs ~1-3 µs of dispatch and allocation for well
-// under a µs of arithmetic, and the step had ~40 of them per layer. The int8 step is an approximation of
-// fp32 already (int8_gemm.h), so it does not need ATen's op-for-op arithmetic: these loops compute the
-// same functions (attention over the key cache, residual + layer norm, embedding) in fp32 with their own
-// summation order. The fp32 and bf16 C++ steps keep the ATen ops (and Python's exact outputs).
+// under a µs of arithmetic, and the step had ~40 of them per layer. These loops compute the same functions
+// (attention over the key cache, residual + layer norm, embedding) in fp32 with their own summation order,
+// the same on every SIMD level (vecmath.h). The bf16 C++ step keeps the ATen ops (and Python's exact
+// outputs); so does the fp32 one when asked for exactness (native.py: maps="aten").
 #pragma once
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "fp32_gemm.h"
 #include "int8_gemm.h"
 #include "vecmath.h"
 
@@ -70,8 +72,10 @@ inline void residual(bool pre_norm, float* x, float* scratch, const float* y, co
 // (x·σ(x), torch's SiLU); model.activation's names, parsed once by native_step.cpp.
 enum class Activation { relu, gelu, swish };
 
-// y (M, d) = W2 act(W1 x + b1) + b2 (§3.3); hidden (M, d_ff) is scratch.
-inline void feed_forward(const float* x, int64_t M, const Weights& w1, const Weights& w2, float* hidden, float* y,
+// y (M, d) = W2 act(W1 x + b1) + b2 (§3.3); hidden (M, d_ff) is scratch. W: int8::Weights or f32::Weights
+// (the gemm of its namespace).
+template <typename W>
+inline void feed_forward(const float* x, int64_t M, const W& w1, const W& w2, float* hidden, float* y,
                          Activation act) {
   gemm(x, M, w1, hidden);
   const int64_t n = M * w1.out;
@@ -284,14 +288,15 @@ inline RowBest best_of_logits(const float* x, int64_t N, int64_t V, int64_t k, i
   return best;
 }
 
-// RowBest of the pre-softmax projection x (N, d) Wᵀ + b without writing the (N, V) logits: they are made
-// CHUNK columns (L1-sized) at a time for ROWS rows, and each piece goes at once into its row's running
-// log Σ exp and top k. Threads split the rows; each row is computed on its own, as in gemm.
-inline RowBest best_of_projection(const float* x, int64_t N, const Weights& w, int64_t k, int64_t eos) {
+// RowBest of the pre-softmax projection x (N, d) Wᵀ + b (V outputs in `blocks` 16-wide blocks) without
+// writing the (N, V) logits: `block(r0, r1, b0, b1, y, ldy)` makes them CHUNK columns (L1-sized) at a time
+// for ROWS rows, and each piece goes at once into its row's running log Σ exp and top k. Threads split the
+// rows; each row is computed on its own, as in the GEMMs.
+template <typename Block>
+inline RowBest best_of_blocks(int64_t N, int64_t V, int64_t blocks, int64_t k, int64_t eos, const Block& block) {
   constexpr int64_t CHUNK = 256, BLOCKS = CHUNK / 16, ROWS = 6;  // ROWS: whole tiles of 3 (AVX2) or 2 + 4 (VNNI)
-  const Quantized q(x, N, w);
   RowBest best(N, k, eos);
-  const int64_t V = w.out, groups = (N + ROWS - 1) / ROWS;
+  const int64_t groups = (N + ROWS - 1) / ROWS;
   at::parallel_for(0, groups, 1, [&](int64_t a, int64_t b) {
     const int64_t r0 = a * ROWS, r1 = std::min(N, b * ROWS);
     std::vector<vec::LogSumExp> lse(r1 - r0);
@@ -302,7 +307,7 @@ inline RowBest best_of_projection(const float* x, int64_t N, const Weights& w, i
       const int64_t width = std::min(CHUNK, V - c0), b0 = c0 / 16;
       for (int64_t r = r0; r < r1; r += ROWS) {
         const int64_t rn = std::min<int64_t>(ROWS, r1 - r);
-        block(w, q, r, r + rn, b0, std::min(b0 + BLOCKS, w.n16 / 16), piece.data(), CHUNK);
+        block(r, r + rn, b0, std::min(b0 + BLOCKS, blocks), piece.data(), CHUNK);
         for (int64_t i = 0; i < rn; ++i) {
           const float* p = piece.data() + i * CHUNK;
           lse[r + i - r0].add(p, width);
@@ -314,6 +319,19 @@ inline RowBest best_of_projection(const float* x, int64_t N, const Weights& w, i
     for (int64_t r = r0; r < r1; ++r) best.z[r] = lse[r - r0].value();
   });
   return best;
+}
+
+// best_of_blocks with an int8 map: x quantised once for every block.
+inline RowBest best_of_projection(const float* x, int64_t N, const Weights& w, int64_t k, int64_t eos) {
+  const Quantized q(x, N, w);
+  return best_of_blocks(N, w.out, w.n16 / 16, k, eos, [&](int64_t r0, int64_t r1, int64_t b0, int64_t b1, float* y,
+                                                          int64_t ldy) { block(w, q, r0, r1, b0, b1, y, ldy); });
+}
+
+// best_of_blocks with an fp32 map.
+inline RowBest best_of_projection(const float* x, int64_t N, const f32::Weights& w, int64_t k, int64_t eos) {
+  return best_of_blocks(N, w.out, w.n16 / 16, k, eos, [&](int64_t r0, int64_t r1, int64_t b0, int64_t b1, float* y,
+                                                          int64_t ldy) { f32::block(w, x, r0, r1, b0, b1, y, ldy); });
 }
 
 }  // namespace int8

@@ -1,14 +1,19 @@
-"""A decoder step in C++ (``native_step.cpp``): the same arithmetic as ``Transformer.decode_step``.
+"""A decoder step in C++ (``native_step.cpp``), in one of two forms (:data:`MAPS`).
 
 At batch 1 a beam-search step is a few hundred small tensor ops whose dispatch from Python costs
 more than their work. :class:`NativeStep` wraps a :class:`~transduce.model.Transformer` and runs
-each step as one C++ call over the same ATen ops, so its outputs equal the Python step's.
-With ``int8=True`` decoding leaves ATen for plain C++ (an approximation of fp32, like ``--dtype int8``):
-every linear map runs ``int8_gemm.h``'s kernel (weights quantised once per output channel from the fp32
-model, activations per call and row, exact int32 sums; AVX-512 VNNI where the CPU has it), the rest
-of the step, the encoder and beam search's candidate selection run ``int8_step.h``'s loops, and beam
-search itself runs whole in one C++ call (:meth:`NativeStep.beam_search`). Each row is
-computed on its own, so int8 output does not depend on the batch or the number of threads.
+each step as one C++ call:
+
+- ``maps="aten"`` (bf16-native; fp32 when exactness is asked for): the same ATen ops as
+  ``Transformer.decode_step``, so its outputs equal the Python step's bit for bit;
+- the loop step, ``maps="int8"`` (int8-native) or ``maps="fp32"`` (fp32-native): decoding leaves ATen
+  for plain C++. Every linear map runs ``int8_gemm.h``'s kernel (weights quantised once per output
+  channel from the fp32 model, activations per call and row, exact int32 sums; AVX-512 VNNI where the CPU
+  has it: an approximation of fp32, like ``--dtype int8``) or ``fp32_gemm.h``'s (fp32, each output one
+  chain of fused multiply-adds: fp32 within rounding); the rest of the step, the encoder and beam
+  search's candidate selection run ``int8_step.h``'s loops, and beam search itself runs whole in one C++
+  call (:meth:`NativeStep.beam_search`). Each row is computed on its own in a fixed order, so the output
+  depends neither on the batch nor on the threads nor on the SIMD level.
 
 The extension is compiled with ``torch.utils.cpp_extension`` on first use (tens of seconds, then
 cached under ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``). :func:`native_step`
@@ -36,7 +41,8 @@ from .precision import for_decoding
 from .spec import LinearSpec, NormSpec, TransformerSpec, spec_of, unsupported, validated
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
-HEADERS = tuple(SOURCE.with_name(name) for name in ("int8_gemm.h", "int8_step.h", "vecmath.h"))
+HEADERS = tuple(SOURCE.with_name(name) for name in ("fp32_gemm.h", "int8_gemm.h", "int8_step.h", "vecmath.h"))
+MAPS = ("aten", "fp32", "int8")  # the C++ step's linear maps: ATen's GEMM (op for op), or the loop step's kernels
 # -ffp-contract=off: the compiler fuses no multiply-add of its own, so every level computes the same bits
 # (vecmath.h); no -ffast-math, which would reorder sums and assume no infinities (the step masks with -inf).
 NUMERICS_FLAGS = ("-O3", "-ffp-contract=off")
@@ -89,7 +95,7 @@ class DeferredCache(DecoderCache):
 
 @dataclass
 class HistoryCache(DecoderCache):
-    """The int8 C++ step's cache: the self-attention keys/values live in ``history`` (``int8_step.h``:
+    """The loop step's cache: the self-attention keys/values live in ``history`` (``int8_step.h``:
     ``History``), each step's rows where that step wrote them, with the row each current row continues at
     every step. :meth:`reorder` records the kept rows (``pending``, composed if called twice) and the next
     step rewrites those row indices, where a cache of (N, h, t, d_k) tensors copies every key and value.
@@ -116,6 +122,14 @@ def _int8(ext, lin: LinearSpec):
     return ext.Linear.int8(lin.weight.float(), lin.bias.float() if lin.bias is not None else None)
 
 
+def _fp32(ext, lin: LinearSpec):
+    """An fp32 map of the loop step (``fp32_gemm.h``): the weight packed once."""
+    return ext.Linear.fp32(lin.weight.float(), lin.bias.float() if lin.bias is not None else None)
+
+
+LINEAR = {"aten": _float, "fp32": _fp32, "int8": _int8}  # MAPS -> the map maker
+
+
 def _norms(norms: list[NormSpec]) -> list[Tensor]:
     return [t for n in norms for t in (n.weight, n.bias)]
 
@@ -136,7 +150,7 @@ def _shared(spec: TransformerSpec) -> dict:
 
 
 def decoder_of(ext, spec: TransformerSpec, linear) -> object:
-    """``native_step.cpp``'s Decoder from ``spec``, each linear map made by ``linear`` (float or int8).
+    """``native_step.cpp``'s Decoder from ``spec``, each linear map made by ``linear`` (a :data:`LINEAR` maker).
     Per layer: 6 maps (self-attention qkv and out, cross-attention q and out, feed-forward in and out) and the
     weight and bias of its 3 norms, in that order."""
     maps = [
@@ -156,15 +170,16 @@ def decoder_of(ext, spec: TransformerSpec, linear) -> object:
     )
 
 
-def encoder_of(ext, spec: TransformerSpec) -> object:
-    """``native_step.cpp``'s int8 Encoder from ``spec``, with each decoder layer's key/value map. Per layer:
-    4 maps (self-attention qkv and out, feed-forward in and out) and the weight and bias of its 2 norms."""
-    maps = [_int8(ext, m) for x in spec.encoder for m in (x.self_qkv, x.self_out, x.ff_in, x.ff_out)]
+def encoder_of(ext, spec: TransformerSpec, linear) -> object:
+    """``native_step.cpp``'s loop Encoder from ``spec``, with each decoder layer's key/value map, each map made
+    by ``linear`` (``_int8`` or ``_fp32``). Per layer: 4 maps (self-attention qkv and out, feed-forward in and
+    out) and the weight and bias of its 2 norms."""
+    maps = [linear(ext, m) for x in spec.encoder for m in (x.self_qkv, x.self_out, x.ff_in, x.ff_out)]
     norms = _norms([n for x in spec.encoder for n in (x.self_norm, x.ff_norm)])
     return ext.Encoder(
         linears=maps,
         norms=norms,
-        kv=[_int8(ext, m) for m in spec.cross_kv],
+        kv=[linear(ext, m) for m in spec.cross_kv],
         token_weight=spec.src_embedding,
         embed_scale=spec.src_scale,
         **_final(spec.encoder_norm),
@@ -184,26 +199,30 @@ class EncodedKV(Encoded):
 class NativeStep(nn.Module):
     """A :class:`~transduce.decode.step.DecoderStep` over ``model``, stepping in C++.
 
-    fp32/bf16: ``encode`` and ``init_cache`` are the model's; ``decode_step`` calls the extension and
+    ``maps="aten"``: ``encode`` and ``init_cache`` are the model's; ``decode_step`` calls the extension and
     writes the grown self-attention keys/values back into the cache (a :class:`DeferredCache`).
 
-    ``int8``: the encoder, the encoder–decoder keys/values, the step and the candidate selection run in
-    C++ (``int8_gemm.h``, ``int8_step.h``) with weights quantised once from ``model``'s fp32 weights.
-    Outputs approximate fp32, as ``--dtype int8``; ``self.model`` (``for_decoding(model, "int8")``) only
-    serves teacher-forced passes (reference perplexity).
+    The loop step (``maps`` "int8" or "fp32"): the encoder, the encoder–decoder keys/values, the step and the
+    candidate selection run in C++ (``int8_gemm.h`` or ``fp32_gemm.h``, ``int8_step.h``) with weights packed
+    (int8: quantised) once from ``model``'s fp32 weights. int8 outputs approximate fp32, as ``--dtype int8``;
+    ``self.model`` (int8: ``for_decoding(model, "int8")``) only serves teacher-forced passes (reference
+    perplexity) and the jobs that read a PyTorch model's attention.
     """
 
-    def __init__(self, model: Transformer, ext, int8: bool = False) -> None:
+    def __init__(self, model: Transformer, ext, maps: str = "aten") -> None:
         super().__init__()
+        if maps not in MAPS:
+            raise ValueError(f"maps must be one of {', '.join(MAPS)}, got {maps!r}")
         spec = validated(spec_of(model))
-        self.ext, self.config, self.int8 = ext, model.config, int8
+        self.ext, self.config, self.maps = ext, model.config, maps
         self.vocab = spec.generator.weight.size(0)
-        self.selects_in_step = int8  # beam search calls step_candidates (search._candidates)
-        self.searches_whole = int8  # search.beam_search hands the whole loop to beam_search below
+        loops = maps != "aten"
+        self.selects_in_step = loops  # beam search calls step_candidates (search._candidates)
+        self.searches_whole = loops  # search.beam_search hands the whole loop to beam_search below
         self._no_rows = torch.empty(0, dtype=torch.long)
-        self.decoder = decoder_of(ext, spec, _int8 if int8 else _float)
-        self.encoder = encoder_of(ext, spec) if int8 else None
-        if int8:
+        self.decoder = decoder_of(ext, spec, LINEAR[maps])
+        self.encoder = encoder_of(ext, spec, LINEAR[maps]) if loops else None
+        if maps == "int8":
             model = for_decoding(model, "int8", torch.device("cpu"))
         self.model = model
         emb = model.tgt_embed
@@ -224,7 +243,7 @@ class NativeStep(nn.Module):
         return self.model.decode(tgt, encoded)
 
     def encode(self, src: Tensor):
-        """src (B, S) -> Encoded; the int8 step encodes in C++ and keeps the encoder–decoder keys/values."""
+        """src (B, S) -> Encoded; the loop step encodes in C++ and keeps the encoder–decoder keys/values."""
         if self.encoder is None:
             return self.model.encode(src)
         out = self.encoder.encode(src, self.model.src_embed.positions(src.size(1), 0))
@@ -241,18 +260,18 @@ class NativeStep(nn.Module):
     def beam_candidates(self, logits: Tensor, scores: Tensor, forced: list[int], k2: int, want: int):
         """Beam search's candidate selection in one C++ call, the same ops as ``search._candidates``."""
         rows = ids_tensor(forced, torch.device("cpu")) if forced else self._no_rows
-        if self.int8:  # loops with their own fp32 rounding: the int8 step approximates fp32 anyway
+        if self.encoder is not None:  # the loop step: loops with their own fp32 rounding
             return self.ext.beam_candidates_fast(logits, scores, rows, k2, want, self.config.eos_id)
         return self.ext.beam_candidates(logits, scores, rows, k2, want, self.config.eos_id, TOPK_BLOCK)
 
     def beam_search(
         self, src: Tensor, beam: int, alpha: float, max_len_a: float, max_len_b: int, nbest: int
     ) -> list[list[Hypothesis]]:
-        """``search.beam_search`` for the int8 step in one C++ call (``native_step.cpp``: ``Decoder::beam_search``):
+        """``search.beam_search`` for the loop step in one C++ call (``native_step.cpp``: ``Decoder::beam_search``):
         that loop over ``step_candidates``, with no Python between steps and the GIL released throughout, so
         the same hypotheses. src (B, S) -> the ``nbest`` best hypotheses per sentence, best first."""
-        if not self.int8:
-            raise ValueError("the whole beam search in C++ runs the int8 step")
+        if self.encoder is None:
+            raise ValueError("the whole beam search in C++ runs the loop step (maps int8 or fp32)")
         cfg = self.config
         limits = max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions - 1)
         enc = self.encode(src)
@@ -267,7 +286,7 @@ class NativeStep(nn.Module):
         return self._step(self.decoder.step, tokens, cache)[0]
 
     def step_candidates(self, tokens: Tensor, cache: DecoderCache, scores: Tensor, forced: list[int], want: int):
-        """``decode_step`` then ``beam_candidates`` in one C++ call (int8 only): the step's logits go straight
+        """``decode_step`` then ``beam_candidates`` in one C++ call (the loop step only): the step's logits go straight
         into each row's log Σ exp and best tokens as they are made, never written out (``int8_step.h``:
         ``best_of_projection``). Returns (top_val, top_row, top_tok), each (slots, c)."""
         rows = ids_tensor(forced, torch.device("cpu")) if forced else self._no_rows
@@ -308,15 +327,21 @@ class NativeStep(nn.Module):
         return out[:head]
 
 
-def native_step(model: nn.Module, int8: bool = False, isa: str | None = None) -> NativeStep | None:
+def native_step(model: nn.Module, maps: str | None = None, isa: str | None = None) -> NativeStep | None:
     """``model`` stepping in C++, or None if the C++ step does not cover it or cannot be built.
 
-    ``int8``: ``model`` is fp32 and the step runs int8 GEMMs (see :class:`NativeStep`). ``isa``: the SIMD
-    level of the build (None: the CPU's, :func:`transduce.cpp.chosen_isa`); every level gives the same bits.
+    ``maps`` (:data:`MAPS`): "int8" or "fp32", the loop step over an fp32 model; "aten", ATen's ops, bit for
+    bit the Python step; None: "fp32" for an fp32 model (fp32-native), "aten" for another dtype (bf16-native).
+    ``isa``: the SIMD level of the build (None: the CPU's, :func:`transduce.cpp.chosen_isa`); every level
+    gives the same bits.
     """
+    dtype = model.tgt_embed.token.weight.dtype
+    maps = maps or ("fp32" if dtype == torch.float32 else "aten")
+    if maps not in MAPS:
+        raise ValueError(f"maps must be one of {', '.join(MAPS)}, got {maps!r}")
     if supports(model) is not None:
         return None
-    if int8 and model.tgt_embed.token.weight.dtype != torch.float32:
-        raise ValueError(f"the int8 C++ step quantises an fp32 model, got {model.tgt_embed.token.weight.dtype}")
+    if maps != "aten" and dtype != torch.float32:
+        raise ValueError(f"the {maps} C++ loop step packs an fp32 model, got {dtype}")
     ext = extension(isa)
-    return NativeStep(model, ext, int8) if ext is not None else None
+    return NativeStep(model, ext, maps) if ext is not None else None

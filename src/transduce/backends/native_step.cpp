@@ -1,11 +1,13 @@
-// One incremental decoder step (paper §3.1, §3.2.3) as a single C++ call over ATen.
+// One incremental decoder step (paper §3.1, §3.2.3) as a single C++ call, in one of two forms:
 //
-// fp32/bf16: the same arithmetic as Transformer.decode_step in Python (model/transformer.py,
-// model/layers.py, model/attention.py: attention_reference), op for op, so the outputs are the same.
-// What it saves is the Python side of each op: at batch 1 a step is a few hundred small ops and their
-// dispatch from Python costs more than their work (BENCHMARKS.md, "Decoding").
-// int8: every Linear of the step runs int8_gemm.h's kernel (weights quantised once, per output channel;
-// activations per call, per row), an approximation of the fp32 step.
+// ATen ops (bf16, and fp32 when exactness is asked for): the same arithmetic as Transformer.decode_step in
+// Python (model/transformer.py, model/layers.py, model/attention.py: attention_reference), op for op, so the
+// outputs are the same. What it saves is the Python side of each op: at batch 1 a step is a few hundred
+// small ops and their dispatch from Python costs more than their work (docs/performance.md).
+// Loops (int8_step.h), with the encoder and the whole beam search in C++ too: every Linear runs
+// int8_gemm.h's kernel (weights quantised once, per output channel; activations per call, per row: an
+// approximation of fp32) or fp32_gemm.h's (fp32 with its own summation order: the fp32 step within
+// rounding), and the rest of the step plain loops over float buffers.
 // Built on first use by transduce/backends/native.py with torch.utils.cpp_extension; without a compiler
 // the Python step runs.
 #include <torch/extension.h>
@@ -17,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fp32_gemm.h"
 #include "int8_gemm.h"
 #include "int8_step.h"
 
@@ -79,16 +82,18 @@ Tensor append(const Tensor& cache, const Tensor& x, const c10::optional<Tensor>&
 
 }  // namespace
 
-// y = x Wᵀ + b over the last dimension of x, in one of two arithmetics:
+// y = x Wᵀ + b over the last dimension of x, in one of three arithmetics:
 //   float: at::addmm(b, x, Wᵀ), the call F.linear makes, with Wᵀ = W.t() a view of nn.Linear's (out, in)
 //          weight, exactly the operand F.linear passes (no bias: at::mm, as F.linear's matmul). Not a
 //          contiguous (in, out) copy: with other strides ATen's CPU GEMMs may take another loop and round
 //          differently (PyTorch's own bf16 GEMM on CPUs without AVX-512, where oneDNN is not used, and MKL's
 //          fp32 GEMM at 1-3 rows), and the step would no longer equal the Python step bit for bit.
 //   int8:  int8_gemm.h: W quantised per output channel and packed once; x quantised per call and row.
+//   fp32:  fp32_gemm.h: W packed once; each output one chain of fused multiply-adds (the loop step's maps).
 struct Linear {
-  Tensor wt, bias;                        // float
+  Tensor wt, bias;                         // float
   std::shared_ptr<const int8::Weights> q;  // int8
+  std::shared_ptr<const f32::Weights> f;   // fp32
   int64_t out_features = 0;
 
   // w (out, in) as nn.Linear.weight
@@ -108,8 +113,28 @@ struct Linear {
     return l;
   }
 
+  // w (out, in) as nn.Linear.weight
+  static Linear fp32(const Tensor& w, const c10::optional<Tensor>& bias) {
+    Linear l;
+    l.f = std::make_shared<const f32::Weights>(w, bias.has_value() ? *bias : Tensor());
+    l.out_features = w.size(0);
+    return l;
+  }
+
+  // Whether the map is for the loop step (int8 or fp32 packed weights), not ATen's.
+  bool loops() const { return q || f; }
+
+  // The loop step's y (M, out) = x (M, in) Wᵀ + b over float buffers.
+  void gemm(const float* x, int64_t M, float* y) const {
+    if (q)
+      int8::gemm(x, M, *q, y);
+    else
+      f32::gemm(x, M, *f, y);
+  }
+
   Tensor operator()(const Tensor& x) const {
     if (q) return int8::linear(x, *q);
+    if (f) return f32::linear(x, *f);
     auto sizes = x.sizes().vec();
     sizes.back() = out_features;
     Tensor x2 = x.reshape({-1, x.size(-1)});  // (rows, in)
@@ -121,6 +146,20 @@ struct Linear {
 // int8_gemm.h's map on its own, weights quantised anew (tests, benchmarks); portable: the plain loop.
 Tensor int8_linear(const Tensor& x, const Tensor& w, const c10::optional<Tensor>& bias, bool portable) {
   return int8::linear(x, int8::Weights(w, bias.has_value() ? *bias : Tensor()), portable);
+}
+
+// The loop step's feed-forward (int8::feed_forward) with the maps' own kernel.
+void feed_forward(const float* x, int64_t M, const Linear& w1, const Linear& w2, float* hidden, float* y,
+                  int8::Activation act) {
+  if (w1.q)
+    int8::feed_forward(x, M, *w1.q, *w2.q, hidden, y, act);
+  else
+    int8::feed_forward(x, M, *w1.f, *w2.f, hidden, y, act);
+}
+
+// The loop step's RowBest of x (N, d) through the pre-softmax projection g (int8::best_of_projection).
+int8::RowBest best_of_projection(const float* x, int64_t N, const Linear& g, int64_t k, int64_t eos) {
+  return g.q ? int8::best_of_projection(x, N, *g.q, k, eos) : int8::best_of_projection(x, N, *g.f, k, eos);
 }
 
 // The decoder's weights, held in C++ between steps. Per layer, `linears` holds 6 maps (self-attention
@@ -154,13 +193,13 @@ struct Decoder {
                 this->norms.size());
   }
 
-  // The int8 step up to the pre-softmax projection: {x (N, d), new self_k..., new self_v...}.
-  std::vector<Tensor> hidden_int8(const Tensor& tokens, const Tensor& positions, const std::vector<Tensor>& self_k,
+  // The loop step up to the pre-softmax projection: {x (N, d), new self_k..., new self_v...}.
+  std::vector<Tensor> hidden_loops(const Tensor& tokens, const Tensor& positions, const std::vector<Tensor>& self_k,
                                   const std::vector<Tensor>& self_v, const std::vector<Tensor>& memory_k,
                                   const std::vector<Tensor>& memory_v, const Tensor& memory_mask, int64_t beam,
                                   const c10::optional<Tensor>& rows, int8::History* history) const;
 
-  // The int8 step fused with beam search's candidate selection (beam_candidates_fast): the logits are folded
+  // The loop step fused with beam search's candidate selection (beam_candidates_fast): the logits are folded
   // into each row's log Σ exp and k2 best as the projection makes them (int8::best_of_projection), never
   // written. Arguments as step, then beam_candidates_fast's. Returns {top_val, top_row, top_tok, new
   // self_k..., new self_v...}.
@@ -170,7 +209,7 @@ struct Decoder {
                                       const c10::optional<Tensor>& rows, int8::History* history, const Tensor& scores,
                                       const Tensor& forced, int64_t k2, int64_t want, int64_t eos) const;
 
-  // decode/search.py's beam_search for the int8 step, the whole loop in one call (no Python between steps,
+  // decode/search.py's beam_search for the loop step, the whole loop in one call (no Python between steps,
   // the GIL released throughout): the same candidates, finished hypotheses, early stop and length limits, so
   // the same hypotheses as that loop over step_candidates. memory_k/memory_v per layer (B, h, S, d_k) and
   // memory_mask (B, 1, 1, S) from Encoder::encode; positions (max_positions, d_model): every step's positional
@@ -185,7 +224,7 @@ struct Decoder {
   // self_k/self_v: per layer (N', h, t, d_k), empty lists at the first step; rows (N,): which of their N'
   // rows to keep, in order (a beam reorder left for this step; none: all, N = N'); memory_k/memory_v: per
   // layer (B, h, S, d_k); memory_mask (B, 1, 1, S) bool. Returns {logits (N, V), new self_k..., new self_v...}.
-  // history (int8 only; null: none): the self-attention cache as an int8::History in place of self_k/self_v
+  // history (the loop step only; null: none): the self-attention cache as an int8::History in place of self_k/self_v
   // (empty lists then); it takes this step and the reorder `rows`, and no keys/values are returned.
   std::vector<Tensor> step(const Tensor& tokens, const Tensor& positions, const std::vector<Tensor>& self_k,
                            const std::vector<Tensor>& self_v, const std::vector<Tensor>& memory_k,
@@ -196,10 +235,10 @@ struct Decoder {
     const size_t layers = memory_k.size();
     TORCH_CHECK(layers * LINEARS == linears.size(), "the cache has ", layers, " layers, the decoder ",
                 linears.size() / LINEARS);
-    TORCH_CHECK(history == nullptr || generator.q, "a History cache is for the int8 step");
-    if (generator.q) {
+    TORCH_CHECK(history == nullptr || generator.loops(), "a History cache is for the loop step");
+    if (generator.loops()) {
       std::vector<Tensor> out =
-          hidden_int8(tokens, positions, self_k, self_v, memory_k, memory_v, memory_mask, beam, rows, history);
+          hidden_loops(tokens, positions, self_k, self_v, memory_k, memory_v, memory_mask, beam, rows, history);
       out[0] = generator(out[0]);  // (N, V)
       return out;
     }
@@ -300,8 +339,8 @@ Tensor vec_logsumexp(const Tensor& x) {
   return z;
 }
 
-// The int8 encoder (§3.1) and each decoder layer's encoder-decoder keys/values, computed once per batch:
-// int8_gemm.h's GEMMs and int8_step.h's loops, fp32 activations. Per layer, `linears` holds 4 maps
+// The loop encoder (§3.1) and each decoder layer's encoder-decoder keys/values, computed once per batch:
+// int8_gemm.h's or fp32_gemm.h's GEMMs and int8_step.h's loops, fp32 activations. Per layer, `linears` holds 4 maps
 // (self-attention qkv and out, feed-forward w1 and w2) and `norms` 4 tensors (the two layer norms'
 // weight and bias); `kv` one map per decoder layer.
 struct Encoder {
@@ -323,7 +362,7 @@ struct Encoder {
         pad_id(pad_id), pre_norm(pre_norm), act(activation_named(activation)) {
     TORCH_CHECK(this->linears.size() % 4 == 0 && this->norms.size() == this->linears.size(),
                 "expected 4 linear maps and 4 norm tensors per encoder layer");
-    for (const Linear& l : this->linears) TORCH_CHECK(l.q, "the C++ encoder runs int8 maps only");
+    for (const Linear& l : this->linears) TORCH_CHECK(l.loops(), "the C++ encoder runs the loop step's maps only");
   }
 
   // src (B, S) ids, right-padded; positions (S, d_model) fp32. Returns {memory (B, S, d), keys...,
@@ -336,7 +375,7 @@ struct Encoder {
     auto opts = token_weight.options();
     Tensor x = at::empty({B, S, d}, opts), hbuf = at::empty({M, d}, opts), ybuf = at::empty({M, d}, opts);
     Tensor abuf = at::empty({M, d}, opts), qkv = at::empty({M, 3 * d}, opts);
-    Tensor fbuf = at::empty({M, linears[2].q->out}, opts);
+    Tensor fbuf = at::empty({M, linears[2].out_features}, opts);
     float *xp = x.data_ptr<float>(), *hp = hbuf.data_ptr<float>(), *yp = ybuf.data_ptr<float>();
     float *ap = abuf.data_ptr<float>(), *qp = qkv.data_ptr<float>(), *fp = fbuf.data_ptr<float>();
     const int64_t* tk = ids.data_ptr<int64_t>();
@@ -354,7 +393,7 @@ struct Encoder {
       const Linear* lin = linears.data() + l * 4;
       const Tensor* nrm = norms.data() + l * 4;
       residual(nrm, [&](const float* in) {
-        int8::gemm(in, M, *lin[0].q, qp);  // (B, S, 3, h, d_k)
+        lin[0].gemm(in, M, qp);  // (B, S, 3, h, d_k)
         int8::rows(M, h * S * d_k, [&](int64_t m) {  // query position m = b·S + i
           thread_local int8::AttendScratch scratch;
           scratch.fit(S);
@@ -365,9 +404,9 @@ struct Encoder {
                              visible.get() + b * S, scratch.scores.data(), scratch.keep.data(), ap + m * d + j * d_k);
           }
         });
-        int8::gemm(ap, M, *lin[1].q, yp);
+        lin[1].gemm(ap, M, yp);
       });
-      residual(nrm + 2, [&](const float* in) { int8::feed_forward(in, M, *lin[2].q, *lin[3].q, fp, yp, act); });
+      residual(nrm + 2, [&](const float* in) { feed_forward(in, M, lin[2], lin[3], fp, yp, act); });
     }
     if (final_w.has_value())
       int8::add_layer_norm(xp, nullptr, final_w->data_ptr<float>(), final_b->data_ptr<float>(), M, d, e);
@@ -382,9 +421,9 @@ struct Encoder {
   }
 };
 
-// The int8 step: int8_gemm.h's GEMMs, int8_step.h's loops for everything else, fp32 activations and
-// caches. Same arguments as Decoder::step; the decoder's output x (N, d) in place of the logits.
-std::vector<Tensor> Decoder::hidden_int8(const Tensor& tokens, const Tensor& positions,
+// The loop step: int8_gemm.h's or fp32_gemm.h's GEMMs, int8_step.h's loops for everything else, fp32
+// activations and caches. Same arguments as Decoder::step; the decoder's output x (N, d) in place of the logits.
+std::vector<Tensor> Decoder::hidden_loops(const Tensor& tokens, const Tensor& positions,
                                        const std::vector<Tensor>& self_k, const std::vector<Tensor>& self_v,
                                        const std::vector<Tensor>& memory_k, const std::vector<Tensor>& memory_v,
                                        const Tensor& memory_mask, int64_t beam,
@@ -394,11 +433,11 @@ std::vector<Tensor> Decoder::hidden_int8(const Tensor& tokens, const Tensor& pos
   TORCH_CHECK(history == nullptr || self_k.empty(), "give the self-attention cache as tensors or as a History");
   const size_t layers = memory_k.size();
   const float scale = static_cast<float>(attn_scale), e = static_cast<float>(eps);
-  TORCH_CHECK(token_weight.scalar_type() == at::kFloat, "the int8 step runs an fp32 model");
+  TORCH_CHECK(token_weight.scalar_type() == at::kFloat, "the loop step runs an fp32 model");
   auto opts = token_weight.options();
   Tensor x = at::empty({N, d}, opts), hbuf = at::empty({N, d}, opts), ybuf = at::empty({N, d}, opts);
   Tensor abuf = at::empty({N, d}, opts), qkv = at::empty({N, 3 * d}, opts);
-  Tensor fbuf = at::empty({N, linears[4].q->out}, opts);
+  Tensor fbuf = at::empty({N, linears[4].out_features}, opts);
   float *xp = x.data_ptr<float>(), *hp = hbuf.data_ptr<float>(), *yp = ybuf.data_ptr<float>();
   float *ap = abuf.data_ptr<float>(), *qkvp = qkv.data_ptr<float>(), *fp = fbuf.data_ptr<float>();
   {  // embedding · √d + this position's encoding (§3.4, §3.5)
@@ -430,34 +469,34 @@ std::vector<Tensor> Decoder::hidden_int8(const Tensor& tokens, const Tensor& pos
     const Tensor* nrm = norms.data() + l * NORMS;
     if (history != nullptr) {
       residual(nrm, [&](const float* in) {
-        int8::gemm(in, N, *lin[0].q, qkvp);  // (N, 3, h, d_k)
+        lin[0].gemm(in, N, qkvp);  // (N, 3, h, d_k)
         int8::self_attention(qkvp, *history, l, h, d_k, scale, ap);
-        int8::gemm(ap, N, *lin[1].q, yp);
+        lin[1].gemm(ap, N, yp);
       });
     } else {
       Tensor k_new = at::empty({N, h, t + 1, d_k}, opts), v_new = at::empty({N, h, t + 1, d_k}, opts);
       residual(nrm, [&](const float* in) {
-        int8::gemm(in, N, *lin[0].q, qkvp);  // (N, 3, h, d_k)
+        lin[0].gemm(in, N, qkvp);  // (N, 3, h, d_k)
         Tensor k_old = t > 0 ? self_k[l].contiguous() : Tensor(), v_old = t > 0 ? self_v[l].contiguous() : Tensor();
         int8::self_attention(qkvp, t > 0 ? k_old.data_ptr<float>() : nullptr, t > 0 ? v_old.data_ptr<float>() : nullptr,
                              kept_rows, N, h, t, d_k, scale, k_new.data_ptr<float>(), v_new.data_ptr<float>(), ap);
-        int8::gemm(ap, N, *lin[1].q, yp);
+        lin[1].gemm(ap, N, yp);
       });
       out.push_back(k_new);
       new_v.push_back(v_new);
     }
     residual(nrm + 2, [&](const float* in) {
-      int8::gemm(in, N, *lin[2].q, qkvp);  // (N, h·d_k)
+      lin[2].gemm(in, N, qkvp);  // (N, h·d_k)
       const Tensor& mk = memory_k[l];
       const Tensor& mv = memory_v[l];
       TORCH_CHECK(mk.scalar_type() == at::kFloat && mk.stride(3) == 1 && mv.stride(3) == 1,
-                  "the int8 step expects fp32 encoder keys/values with contiguous heads");
+                  "the loop step expects fp32 encoder keys/values with contiguous heads");
       const int64_t ks[3] = {mk.stride(0), mk.stride(1), mk.stride(2)}, vs[3] = {mv.stride(0), mv.stride(1), mv.stride(2)};
       int8::cross_attention(qkvp, mk.data_ptr<float>(), mv.data_ptr<float>(), ks, vs, vis, N, beam, h, S, d_k,
                             scale, ap);
-      int8::gemm(ap, N, *lin[3].q, yp);
+      lin[3].gemm(ap, N, yp);
     });
-    residual(nrm + 4, [&](const float* in) { int8::feed_forward(in, N, *lin[4].q, *lin[5].q, fp, yp, act); });
+    residual(nrm + 4, [&](const float* in) { feed_forward(in, N, lin[4], lin[5], fp, yp, act); });
   }
   if (final_w.has_value())
     int8::add_layer_norm(xp, nullptr, final_w->data_ptr<float>(), final_b->data_ptr<float>(), N, d, e);
@@ -550,7 +589,7 @@ std::vector<Tensor> select_candidates(int8::RowBest& best, const Tensor& scores,
   return {top_val, top_row, top_tok};
 }
 
-// beam_candidates for the int8 step, in loops: each row's z = logsumexp and k2 best by one scan
+// beam_candidates for the loop step, in loops: each row's z = logsumexp and k2 best by one scan
 // (int8::best_of_logits), then select_candidates. The same selection as beam_candidates, with fp32
 // rounding of its own. Returns {top_val, top_row, top_tok}, each (S, c) with c = min(want, R·k2).
 std::vector<Tensor> beam_candidates_fast(const Tensor& logits, const Tensor& scores, const Tensor& forced,
@@ -568,10 +607,10 @@ std::vector<Tensor> Decoder::step_candidates(const Tensor& tokens, const Tensor&
                                              int8::History* history, const Tensor& scores, const Tensor& forced,
                                              int64_t k2, int64_t want, int64_t eos) const {
   at::NoGradGuard no_grad;
-  TORCH_CHECK(generator.q, "step_candidates runs the int8 step");
+  TORCH_CHECK(generator.loops(), "step_candidates runs the loop step");
   std::vector<Tensor> out =
-      hidden_int8(tokens, positions, self_k, self_v, memory_k, memory_v, memory_mask, beam, rows, history);
-  int8::RowBest best = int8::best_of_projection(out[0].data_ptr<float>(), out[0].size(0), *generator.q, k2, eos);
+      hidden_loops(tokens, positions, self_k, self_v, memory_k, memory_v, memory_mask, beam, rows, history);
+  int8::RowBest best = best_of_projection(out[0].data_ptr<float>(), out[0].size(0), generator, k2, eos);
   std::vector<Tensor> top = select_candidates(best, scores, forced, want, eos);
   top.insert(top.end(), out.begin() + 1, out.end());
   return top;
@@ -585,9 +624,9 @@ std::vector<std::vector<Hyp>> Decoder::beam_search(std::vector<Tensor> memory_k,
                                                    const std::vector<int64_t>& limits, int64_t beam, double alpha,
                                                    int64_t nbest, int64_t bos, int64_t eos) const {
   at::NoGradGuard no_grad;
-  TORCH_CHECK(generator.q, "beam_search runs the int8 step");
+  TORCH_CHECK(generator.loops(), "beam_search runs the loop step");
   TORCH_CHECK(1 <= nbest && nbest <= beam, "nbest must be between 1 and the beam size ", beam, ", got ", nbest);
-  const int64_t B = static_cast<int64_t>(limits.size()), want = 2 * beam, k2 = std::min(want, generator.q->out);
+  const int64_t B = static_cast<int64_t>(limits.size()), want = 2 * beam, k2 = std::min(want, generator.out_features);
   TORCH_CHECK(B == memory_k[0].size(0), limits.size(), " length limits for ", memory_k[0].size(0), " sentences");
   const float inf = std::numeric_limits<float>::infinity();
   int8::History history(static_cast<int64_t>(memory_k.size()), token_weight.size(1));
@@ -603,9 +642,9 @@ std::vector<std::vector<Hyp>> Decoder::beam_search(std::vector<Tensor> memory_k,
     Tensor tok = at::from_blob(tokens.data(), {N}, at::kLong);
     c10::optional<Tensor> reorder;
     if (t > 0) reorder = at::from_blob(kept.data(), {N}, at::kLong);
-    std::vector<Tensor> out = hidden_int8(tok, positions.narrow(0, t, 1), {}, {}, memory_k, memory_v, memory_mask,
+    std::vector<Tensor> out = hidden_loops(tok, positions.narrow(0, t, 1), {}, {}, memory_k, memory_v, memory_mask,
                                           rows, reorder, &history);
-    int8::RowBest best = int8::best_of_projection(out[0].data_ptr<float>(), N, *generator.q, k2, eos);
+    int8::RowBest best = best_of_projection(out[0].data_ptr<float>(), N, generator, k2, eos);
     std::vector<char> at_limit(N);
     for (int64_t n = 0; n < N; ++n) at_limit[n] = limits[slots[n / rows]] <= t;
     std::vector<float> top_val(S * c);
@@ -643,7 +682,7 @@ std::vector<std::vector<Hyp>> Decoder::beam_search(std::vector<Tensor> memory_k,
         next_rows.resize(first), next_tok.resize(first), next_scores.resize(first);
       } else {
         TORCH_CHECK(picked == beam, "beam search kept ", picked, " of ", beam, " beams: the vocabulary of ",
-                    generator.q->out, " is too small for a beam of ", beam);
+                    generator.out_features, " is too small for a beam of ", beam);
         keep_slots.push_back(slot);
       }
     }
@@ -672,7 +711,7 @@ std::vector<std::vector<Hyp>> Decoder::beam_search(std::vector<Tensor> memory_k,
 using NoGil = pybind11::call_guard<pybind11::gil_scoped_release>;
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("beam_candidates_fast", &beam_candidates_fast, "beam_candidates in loops (the int8 step)", NoGil());
+  m.def("beam_candidates_fast", &beam_candidates_fast, "beam_candidates in loops (the loop step)", NoGil());
   m.def("int8_linear", &int8_linear, "int8_gemm.h's y = x wᵀ + b (tests, benchmarks)", NoGil());
   m.def("has_vnni", &int8::has_vnni, "whether the AVX-512 VNNI int8 kernel is compiled in");
   m.def("has_avx2_kernel", &int8::has_avx2_kernel, "whether the AVX2 int8 kernel (no VNNI) is compiled in");
@@ -685,6 +724,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   pybind11::class_<Linear>(m, "Linear", pybind11::module_local())
       .def_static("floating", &Linear::floating, "a float map of w (out, in) as nn.Linear.weight, optional bias")
       .def_static("int8", &Linear::int8, "an int8 map (int8_gemm.h) of w (out, in) and an optional bias")
+      .def_static("fp32", &Linear::fp32, "an fp32 map (fp32_gemm.h) of w (out, in) and an optional bias")
       .def("__call__", &Linear::operator(), "y = x Wᵀ + b over the last dimension", NoGil());
   pybind11::class_<int8::History>(m, "History", pybind11::module_local())
       .def(pybind11::init<int64_t, int64_t>(), pybind11::arg("layers"), pybind11::arg("d_model"))
@@ -698,7 +738,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            pybind11::arg("token_weight"), pybind11::arg("embed_scale"), pybind11::arg("final_w"),
            pybind11::arg("final_b"), pybind11::arg("n_heads"), pybind11::arg("attn_scale"),
            pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("pad_id"), pybind11::arg("activation"))
-      .def("encode", &Encoder::encode, "the int8 encoder and the encoder-decoder keys/values", NoGil());
+      .def("encode", &Encoder::encode, "the loop encoder and the encoder-decoder keys/values", NoGil());
   pybind11::class_<Decoder>(m, "Decoder", pybind11::module_local())
       .def(pybind11::init<std::vector<Linear>, std::vector<Tensor>, Linear, Tensor, double, c10::optional<Tensor>,
                           c10::optional<Tensor>, int64_t, double, bool, double, const std::string&>(),
@@ -707,8 +747,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            pybind11::arg("final_b"), pybind11::arg("n_heads"), pybind11::arg("attn_scale"),
            pybind11::arg("pre_norm"), pybind11::arg("eps"), pybind11::arg("activation"))
       .def("step", &Decoder::step, "one incremental Transformer decoder step", NoGil())
-      .def("step_candidates", &Decoder::step_candidates, "the int8 step and beam search's candidate selection",
+      .def("step_candidates", &Decoder::step_candidates, "the loop step and beam search's candidate selection",
            NoGil())
-      .def("beam_search", &Decoder::beam_search, "decode/search.py's beam_search with the int8 step, in one call",
+      .def("beam_search", &Decoder::beam_search, "decode/search.py's beam_search with the loop step, in one call",
            NoGil());
 }

@@ -17,7 +17,8 @@ def add_backend_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) 
         choices=CHOICES,
         default=AUTO,
         help="decoding arithmetic (docs/performance.md); auto: int8-native where the model's "
-        "backends.json shows it within 0.3 BLEU of fp32, else fp32; the choice is logged",
+        "backends.json shows it within 0.3 BLEU of fp32, else fp32 arithmetic (fp32-native on a CPU, fp32 "
+        "elsewhere); the choice is logged",
     )
     p.add_argument("--exact", action="store_true", help="exact fp32 (the Python reference step): --backend fp32")
     p.add_argument(

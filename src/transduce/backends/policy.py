@@ -7,7 +7,10 @@ the :class:`~transduce.fastpaths.FastPaths` log line.
 ``auto`` picks :data:`FASTEST` (``int8-native``) on a CPU when the model directory's ``backends.json``
 (:mod:`~transduce.backends.record`) records that it scored within :data:`TOLERANCE` BLEU of ``fp32`` on the
 model's own validation set and that it decoded faster than ``fp32`` on this machine, the C++ step covers the
-model and builds here; ``fp32`` otherwise, saying why (a speed measured on another CPU does not count).
+model and builds here. Otherwise it keeps fp32 arithmetic, saying why (a speed measured on another CPU does
+not count): ``fp32-native`` (the C++ loop step: fp32 within rounding of the Python step, several times its
+speed) where the C++ step covers the model and builds, the Python step ``fp32`` where it does not, on a GPU
+and for ensembles.
 Jobs that read one PyTorch model's attention or steps (word alignments, HTML tag placement, constrained
 search on the command line) run ``fp32`` under ``auto`` (:func:`for_python_model`).
 """
@@ -37,33 +40,37 @@ def decoder_backend(model, model_dir: str | Path, device, backend: str = AUTO, e
         return Choice("fp32", f"auto on {device.type}: the C++ step is for CPUs")
     if ensemble:
         return Choice("fp32", "auto with an ensemble: backends.json vouches for one model")
-    record, why = read_record(model_dir)
-    if record is None:
-        return Choice("fp32", f"auto: {why}; exact fp32 until then")
-    delta = record["delta"]
-    if delta < -TOLERANCE:
-        return Choice(
-            "fp32", f"auto: {FASTEST} scored {-delta:.2f} BLEU below fp32 in backends.json, more than {TOLERANCE}"
-        )
     if (unsupported := native_.supports(model)) is not None:
         return Choice("fp32", f"auto: the C++ step does not cover this model ({unsupported})")
     if native_.extension() is None:
         return Choice("fp32", "auto: the C++ step could not be built (see the warning above)")
+    record, why = read_record(model_dir)
+    if record is None:
+        return _fp32_native(f"auto: {why}")
+    delta = record["delta"]
+    if delta < -TOLERANCE:
+        return _fp32_native(
+            f"auto: {FASTEST} scored {-delta:.2f} BLEU below fp32 in backends.json, more than {TOLERANCE}"
+        )
     speed = speed_here(record)
     if speed is None or FASTEST not in speed or "fp32" not in speed:
-        return Choice(
-            "fp32",
+        return _fp32_native(
             f"auto: {FASTEST}'s speed is not measured on this machine ({machine()}); "
-            f"`transduce check-backends {model_dir} --src FILE --speed-only` measures it",
+            f"`transduce check-backends {model_dir} --src FILE --speed-only` measures it"
         )
     ratio = speed[FASTEST] / max(speed["fp32"], 1e-9)
     if ratio <= 1.0:
-        return Choice("fp32", f"auto: {FASTEST} measured {ratio:.2f}x fp32's speed on this machine, not faster")
+        return _fp32_native(f"auto: {FASTEST} measured {ratio:.2f}x fp32's speed on this machine, not faster")
     return Choice(
         FASTEST,
         f"auto: {delta:+.2f} BLEU against fp32 on {record['sentences']} sentences of {record['data']}, "
         f"{ratio:.1f}x fp32's speed on this machine (backends.json; --backend fp32 for exact fp32)",
     )
+
+
+def _fp32_native(why: str) -> Choice:
+    """``auto``'s fp32 on a CPU where the C++ step covers the model and builds: the loop step, fp32 in C++."""
+    return Choice("fp32-native", f"{why}; fp32 in C++ until then (--backend fp32: the Python step, bit for bit)")
 
 
 def decoder_for(model, choice: Choice, device) -> tuple[Any, Choice]:
@@ -77,7 +84,7 @@ def decoder_for(model, choice: Choice, device) -> tuple[Any, Choice]:
         raise ValueError(f"backend {choice.name!r} runs on the CPU only, not on {device}")
     base = model if int8 else for_decoding(model, dtype, device)  # the int8 step quantises the fp32 model itself
     why = native_.supports(base)
-    fast = native_.native_step(base, int8=int8) if why is None else None
+    fast = native_.native_step(base, "int8" if int8 else None) if why is None else None
     if fast is None:
         why = why or "the C++ step could not be built"
         warnings.warn(
