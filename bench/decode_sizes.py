@@ -15,6 +15,8 @@ rounds, each in its own process, at 1 and 2 threads, batch 64 and batch 1.
 
     python bench/decode_sizes.py --base-data runs/bench/m30k-en-de-8k --opus-data runs/bench/bible-en-de-32k
 
+``--engines transduce-fp32-native ct2-float32`` holds fp32 against CTranslate2's float32 instead.
+
 The data directories: ``transduce prepare multi30k --src en --tgt de --raw ../shared/data/multi30k
 --vocab-size 8000 --out runs/bench/m30k-en-de-8k`` and ``transduce prepare bible --src 4 --tgt s
 --vocab-size 32000 --out runs/bench/bible-en-de-32k``. Prints one markdown section per model.
@@ -73,6 +75,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES), help="models to run")
     p.add_argument("--check-sentences", type=int, default=64, help="sentences check-backends decodes")
+    p.add_argument(
+        "--engines", nargs="+", default=list(ENGINES), help="bench_decode.py engines, the rival last (the ratios' base)"
+    )
     args = p.parse_args()
     bench = str(Path(__file__).with_name("bench_decode.py"))
     print(f"## Decoding at base size ({machine()})\n")
@@ -87,7 +92,7 @@ def main() -> None:
                 print(f"### {shape}, {threads} thread(s), batch {batch}\n")
                 cmd = [sys.executable, bench, "compare", "--model", str(model), "--data", str(data)]
                 cmd += ["--split", "test", "--count", str(count), "--batch", str(batch), "--threads", str(threads)]
-                cmd += ["--rounds", str(args.rounds), "--engines", *ENGINES]
+                cmd += ["--rounds", str(args.rounds), "--engines", *args.engines]
                 print(run(cmd), flush=True)
 
 
