@@ -225,19 +225,24 @@ def whole_texts(sentences: list[str], chars: int, count: int) -> list[str]:
 
 
 # ---------------------------------------------------------------- one model
-def export_package(model: Path, out: Path) -> Path:
-    package = out / "model.argosmodel"
+PRECISIONS = {"int8": [], "float32": ["--backend", "fp32-native"]}  # the Argos package's -> transduce serve's
+
+
+def export_package(model: Path, out: Path, precision: str) -> Path:
+    package = out / f"model-{precision}.argosmodel"
     cmd = [sys.executable, "-m", "transduce", "export", "--to", "argos", "--model", str(model)]
-    subprocess.run([*cmd, "--out", str(package), "--quantization", "int8"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([*cmd, "--out", str(package), "--quantization", precision], check=True, stdout=subprocess.DEVNULL)
     return package
 
 
-def servers_for(model: Path, venv: Path, env: dict[str, str], pair, cores: int) -> dict[str, list[Server]]:
-    """The contenders on all cores and on one core."""
+def servers_for(
+    model: Path, venv: Path, env: dict[str, str], pair, cores: int, precision: str
+) -> dict[str, list[Server]]:
+    """The contenders on all cores and on one core; transduce in ``precision`` (its default choice for int8)."""
     lt_cmd = [str(venv / "bin" / "libretranslate"), "--host", "127.0.0.1", "--port", "{port}"]
     lt_cmd += ["--load-only", ",".join(pair), "--disable-files-translation"]
     td_cmd = [sys.executable, "-m", "transduce", "serve", "--model", str(model), "--port", "{port}"]
-    td_cmd += ["--disable-files-translation", "--beam", "4", "--alpha", str(LT_LENGTH_PENALTY)]
+    td_cmd += ["--disable-files-translation", "--beam", "4", "--alpha", str(LT_LENGTH_PENALTY), *PRECISIONS[precision]]
     every = f"0-{cores - 1}"
     best = {"ARGOS_INTRA_THREADS": "1", "ARGOS_INTER_THREADS": str(cores)}
     return {
@@ -325,6 +330,13 @@ def main() -> None:
     p.add_argument("--texts", type=int, default=8, help="whole texts per round (default 8)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        default="int8",
+        help="the Argos package's CTranslate2 weights; float32: transduce serves --backend fp32-native, what auto "
+        "runs where no accuracy record vouches for int8",
+    )
     args = p.parse_args()
     lines = [s.strip() for s in args.sentences.read_text(encoding="utf-8").splitlines() if s.strip()]
     sentences = lines[: args.count]
@@ -333,7 +345,7 @@ def main() -> None:
     print(
         f"`python bench/libretranslate.py {' '.join(sys.argv[1:])}`; {machine()}; {time.strftime('%Y-%m-%d')}; "
         f"commit {revision()}; {len(sentences)} sentences, {len(texts)} texts of about 2,000 characters; "
-        f"{args.rounds} rounds, medians; beam 4 and length penalty {LT_LENGTH_PENALTY} both.\n"
+        f"{args.rounds} rounds, medians; beam 4 and length penalty {LT_LENGTH_PENALTY} both; {args.precision}.\n"
     )
     for spec in args.model:
         name, _, directory = spec.partition("=")
@@ -355,8 +367,8 @@ def main() -> None:
         pair = (str(meta["src_lang"]), str(meta["tgt_lang"]))
         work = args.work / name
         work.mkdir(parents=True, exist_ok=True)
-        env = lt_home(args.lt_venv, export_package(model, work), work)
-        for where, servers in servers_for(model, args.lt_venv, env, pair, args.cores).items():
+        env = lt_home(args.lt_venv, export_package(model, work, args.precision), work)
+        for where, servers in servers_for(model, args.lt_venv, env, pair, args.cores, args.precision).items():
             print(f"{name}, {where} ...", file=sys.stderr, flush=True)
             loads, results, outputs, memory, starts = measure(servers, sentences, texts, pair, args.rounds, work)
             names = [s.name for s in servers]

@@ -142,9 +142,9 @@ def test_check_backends_writes_a_record_that_load_then_uses(model_dir, capsys):
     assert record["sentences"] == 3 and set(record["scores"]) == {"fp32", "int8-native"}
     assert record["delta"] == round(record["scores"]["int8-native"]["bleu"] - record["scores"]["fp32"]["bleu"], 2)
     speed = record_.speed_here(record)
-    assert set(speed) == {"fp32", "int8-native"} and all(v > 0 for v in speed.values())
+    assert set(speed) == {"fp32", "fp32-native", "int8-native"} and all(v > 0 for v in speed.values())
     translator = load(model_dir)
-    if record["delta"] >= -policy.TOLERANCE and speed["int8-native"] > speed["fp32"]:
+    if record["delta"] >= -policy.TOLERANCE and speed["int8-native"] > speed["fp32-native"]:
         assert translator.fast_paths.decoder.name == "int8-native" and isinstance(translator.model, NativeStep)
     else:
         assert translator.fast_paths.decoder.name == "fp32-native"
@@ -192,6 +192,13 @@ def test_auto_never_picks_a_backend_measured_slower_here(model_dir, monkeypatch)
     _record(model_dir, 0.0, speed={"fp32": 300.0, "int8-native": 250.0})  # a CPU where the C++ step loses
     choice = decoder_backend(model, model_dir, CPU)
     assert choice.name == "fp32-native" and "0.83x fp32's speed on this machine, not faster" in choice.why
+    # int8 must beat what auto runs otherwise, fp32-native, where the record timed it
+    _record(model_dir, 0.0, speed={"fp32": 100.0, "fp32-native": 400.0, "int8-native": 300.0})
+    choice = decoder_backend(model, model_dir, CPU)
+    assert choice.name == "fp32-native" and "0.75x fp32-native's speed on this machine" in choice.why
+    _record(model_dir, 0.0, speed={"fp32": 100.0, "fp32-native": 200.0, "int8-native": 300.0})
+    choice = decoder_backend(model, model_dir, CPU)
+    assert choice.name == "int8-native" and "1.5x fp32-native's speed" in choice.why
     record = json.loads((model_dir / record_.RECORD).read_text())
     record["speed"] = {"Some Other CPU (avx512vnni)": record["speed"]["Some Other CPU (avx512vnni)"]}
     (model_dir / record_.RECORD).write_text(json.dumps(record))

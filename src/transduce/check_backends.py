@@ -7,10 +7,10 @@ data, accuracy and speed on this machine, and record the result in the model dir
     transduce check-backends MODEL --src some.en --speed-only       # another machine: time it, keep the accuracy
 
 The record says, for the weights it was measured on (their SHA-256), the BLEU of ``fp32`` and of
-``int8-native`` with the same beam and length penalty on the same sentences, their words per second at one
-thread on each machine that measured them, and the command that made it. ``transduce.load(MODEL)`` (so
-``translate``, ``evaluate``, ``serve``) decodes with ``int8-native`` by default only where the record shows it
-within 0.3 BLEU of fp32 and faster than fp32 on this machine (:mod:`transduce.backends.policy`; the
+``int8-native`` with the same beam and length penalty on the same sentences, their words per second and
+``fp32-native``'s at one thread on each machine that measured them, and the command that made it.
+``transduce.load(MODEL)`` (so ``translate``, ``evaluate``, ``serve``) decodes with ``int8-native`` by default
+only where the record shows it within 0.3 BLEU of fp32 and faster than fp32-native on this machine (:mod:`transduce.backends.policy`; the
 measurement: :mod:`transduce.backends.measure`). ``transduce train``, ``average`` and ``recipe`` measure the
 model they write.
 """

@@ -1,9 +1,10 @@
 """Measuring the backends of a model directory on this machine: accuracy against fp32, and speed.
 
 :func:`measure` decodes held-out sentences with ``fp32`` and the candidate (``int8-native``) at one thread
-(the batch-invariant setting), scores both against the references and times both, and writes the result
+(the batch-invariant setting), scores both against the references, times both and ``fp32-native`` (what
+``auto`` runs when it does not pick the candidate: the candidate must beat it), and writes the result
 into the directory's ``backends.json`` (:mod:`~transduce.backends.record`): the accuracy once, the speed
-under this machine's name, beside the speeds other machines measured. :func:`measure_speed` times the two
+under this machine's name, beside the speeds other machines measured. :func:`measure_speed` times the three
 alone, for a model whose accuracy is recorded, on a machine that has not measured it yet.
 
 ``transduce check-backends`` runs them; ``transduce train`` (at its end, on its validation set),
@@ -23,10 +24,11 @@ from ..decode.search_options import PAPER, SearchOptions
 from ..decode.translator import Translator
 from ..fastpaths import Choice, FastPaths
 from ..modeldir import load_model_dir
-from .policy import FASTEST, TOLERANCE, decoder_for
+from .policy import FASTEST, TOLERANCE, baseline, decoder_for
 from .record import CANDIDATE, machine, read_record, speed_here, weights_digest, write_record
 
-MEASURED = ("fp32", CANDIDATE)  # the backends a record compares
+MEASURED = ("fp32", CANDIDATE)  # the backends a record scores
+TIMED = ("fp32", "fp32-native", CANDIDATE)  # the backends a record times: the candidate against auto's fp32
 
 
 def _translator(model_dir: Path, backend: str):
@@ -39,12 +41,12 @@ def _translator(model_dir: Path, backend: str):
 
 
 def _decode(model_dir: Path, sources: list[str], search: SearchOptions, batch_tokens: int) -> dict[str, Any]:
-    """Each measured backend's output and speed on ``sources`` with ``search`` at one thread."""
+    """Each timed backend's output and speed on ``sources`` with ``search`` at one thread."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         out = {}
-        for backend in MEASURED:
+        for backend in TIMED:
             translator = _translator(model_dir, backend)
             translator.translate(sources[:1], search)  # warm-up: lazy set-up is not decoding
             start = time.perf_counter()
@@ -59,7 +61,7 @@ def _decode(model_dir: Path, sources: list[str], search: SearchOptions, batch_to
 
 def _speed_entry(decoded: dict[str, Any], sentences: int, beam: int) -> dict[str, Any]:
     return {
-        "words_per_s": {b: decoded[b]["words_per_s"] for b in MEASURED},
+        "words_per_s": {b: decoded[b]["words_per_s"] for b in TIMED},
         "threads": 1,
         "sentences": sentences,
         "beam": beam,
@@ -124,7 +126,7 @@ def measure(
 def measure_speed(
     model_dir: str | Path, sources: list[str], search: SearchOptions = PAPER, batch_tokens: int = 4096
 ) -> dict[str, Any]:
-    """Time fp32 and the candidate on ``sources`` on this machine and add the speeds to the directory's
+    """Time fp32, fp32-native and the candidate on ``sources`` on this machine and add the speeds to the directory's
     record, whose accuracy must already be measured (an error otherwise); returns the record."""
     model_dir = Path(model_dir)
     record, why = read_record(model_dir)
@@ -163,17 +165,18 @@ def summary(record: dict[str, Any]) -> str:
     """One line: both scores, the difference, both speeds here, and whether ``auto`` will use the candidate."""
     m, s = record["metric"], record["scores"]
     speed = speed_here(record) or {}
-    fast, exact = speed.get(FASTEST), speed.get("fp32")
+    base = baseline(speed)
+    fast, exact = speed.get(FASTEST), speed.get(base)
     if record["delta"] < -TOLERANCE:
-        verdict = f"more than {TOLERANCE} below: auto stays on fp32"
+        verdict = f"more than {TOLERANCE} below: auto stays on fp32 arithmetic"
     elif fast is None or exact is None:
-        verdict = "speed not measured on this machine: auto stays on fp32"
+        verdict = "speed not measured on this machine: auto stays on fp32 arithmetic"
     elif fast <= exact:
-        verdict = "not faster here: auto stays on fp32"
+        verdict = f"not faster than {base} here: auto stays on fp32 arithmetic"
     else:
         verdict = "auto uses it"
     rate = lambda v: f"{v:,.0f}" if v >= 10 else f"{v:.2g}"  # noqa: E731 - an untrained model's few words/s
-    timing = f"; {rate(exact)} against {rate(fast)} words/s on {machine()}, 1 thread" if fast and exact else ""
+    timing = f"; {base} {rate(exact)} against {rate(fast)} words/s on {machine()}, 1 thread" if fast and exact else ""
     return (
         f"{m} fp32 {s['fp32'][m]:.2f}, {record['candidate']} {s[record['candidate']][m]:.2f} "
         f"({record['delta']:+.2f}{timing}; {verdict}) on {record['sentences']} sentences of {record['data']}"

@@ -6,8 +6,8 @@ the :class:`~transduce.fastpaths.FastPaths` log line.
 
 ``auto`` picks :data:`FASTEST` (``int8-native``) on a CPU when the model directory's ``backends.json``
 (:mod:`~transduce.backends.record`) records that it scored within :data:`TOLERANCE` BLEU of ``fp32`` on the
-model's own validation set and that it decoded faster than ``fp32`` on this machine, the C++ step covers the
-model and builds here. Otherwise it keeps fp32 arithmetic, saying why (a speed measured on another CPU does
+model's own validation set and that it decoded faster on this machine than what ``auto`` runs otherwise
+(``fp32-native``; ``fp32`` in records that did not time it), the C++ step covers the model and builds here. Otherwise it keeps fp32 arithmetic, saying why (a speed measured on another CPU does
 not count): ``fp32-native`` (the C++ loop step: fp32 within rounding of the Python step, several times its
 speed) where the C++ step covers the model and builds, the Python step ``fp32`` where it does not, on a GPU
 and for ensembles.
@@ -53,19 +53,26 @@ def decoder_backend(model, model_dir: str | Path, device, backend: str = AUTO, e
             f"auto: {FASTEST} scored {-delta:.2f} BLEU below fp32 in backends.json, more than {TOLERANCE}"
         )
     speed = speed_here(record)
-    if speed is None or FASTEST not in speed or "fp32" not in speed:
+    base = baseline(speed or {})
+    if speed is None or FASTEST not in speed or base not in speed:
         return _fp32_native(
             f"auto: {FASTEST}'s speed is not measured on this machine ({machine()}); "
             f"`transduce check-backends {model_dir} --src FILE --speed-only` measures it"
         )
-    ratio = speed[FASTEST] / max(speed["fp32"], 1e-9)
+    ratio = speed[FASTEST] / max(speed[base], 1e-9)
     if ratio <= 1.0:
-        return _fp32_native(f"auto: {FASTEST} measured {ratio:.2f}x fp32's speed on this machine, not faster")
+        return _fp32_native(f"auto: {FASTEST} measured {ratio:.2f}x {base}'s speed on this machine, not faster")
     return Choice(
         FASTEST,
         f"auto: {delta:+.2f} BLEU against fp32 on {record['sentences']} sentences of {record['data']}, "
-        f"{ratio:.1f}x fp32's speed on this machine (backends.json; --backend fp32 for exact fp32)",
+        f"{ratio:.1f}x {base}'s speed on this machine (backends.json; --backend fp32 for exact fp32)",
     )
+
+
+def baseline(speed: dict[str, float]) -> str:
+    """The backend :data:`FASTEST` must beat in a record's speeds: ``fp32-native``, what ``auto`` runs
+    otherwise; ``fp32`` in records made before fp32-native was timed."""
+    return "fp32-native" if "fp32-native" in speed else "fp32"
 
 
 def _fp32_native(why: str) -> Choice:
