@@ -72,7 +72,8 @@ def score(model_dir: Path, spec: dict[str, Any]) -> dict[str, Any]:
     sources = [ids.src_text(i) for i in range(len(ids))]
     refs = [ids.tgt_text(i) for i in range(len(ids))]
     device = "cuda" if spec["device"] == "cuda" else "cpu"
-    # fp32 arithmetic: on a CPU the C++ loop step (the Python step's results within rounding, several times faster)
+    # fp32 arithmetic: on a CPU the C++ loop step (the Python step's results within rounding; 2.2x its speed at
+    # batch 64 on the demo's model, docs/performance.md)
     translator = load(model_dir, device=device, backend="fp32" if device == "cuda" else "fp32-native")
     search = SearchOptions(**{k: spec[k] for k in ("beam", "alpha", "max_len_a", "max_len_b")})
     hyps = translator.translate(sources, search)
