@@ -7,10 +7,11 @@ the :class:`~transduce.fastpaths.FastPaths` log line.
 ``auto`` picks :data:`FASTEST` (``int8-native``) on a CPU when the model directory's ``backends.json``
 (:mod:`~transduce.backends.record`) records that it scored within :data:`TOLERANCE` BLEU of ``fp32`` on the
 model's own validation set and that it decoded faster on this machine than what ``auto`` runs otherwise
-(``fp32-native``; ``fp32`` in records that did not time it), the C++ step covers the model and builds here. Otherwise it keeps fp32 arithmetic, saying why (a speed measured on another CPU does
-not count): ``fp32-native`` (the C++ loop step: fp32 within rounding of the Python step, several times its
-speed) where the C++ step covers the model and builds, the Python step ``fp32`` where it does not, on a GPU
-and for ensembles.
+(``fp32-native``; ``fp32`` in records that did not time it), the C++ step covers the model and builds here.
+Otherwise it keeps fp32 arithmetic, saying why (a speed measured on another CPU does not count):
+``fp32-native`` (the C++ loop step: fp32 within rounding of the Python step, 2-16x its speed in
+docs/performance.md) where the C++ step covers the model and builds, the Python step ``fp32`` where it does
+not, on a GPU and for ensembles.
 Jobs that read one PyTorch model's attention or steps (word alignments, HTML tag placement, constrained
 search on the command line) run ``fp32`` under ``auto`` (:func:`for_python_model`).
 """
@@ -77,7 +78,7 @@ def baseline(speed: dict[str, float]) -> str:
 
 def _fp32_native(why: str) -> Choice:
     """``auto``'s fp32 on a CPU where the C++ step covers the model and builds: the loop step, fp32 in C++."""
-    return Choice("fp32-native", f"{why}; fp32 in C++ until then (--backend fp32: the Python step, bit for bit)")
+    return Choice("fp32-native", f"{why}; fp32 in C++ (--backend fp32: the Python step, bit for bit)")
 
 
 def decoder_for(model, choice: Choice, device) -> tuple[Any, Choice]:
