@@ -116,15 +116,4 @@ inline void gemm(const float* x, int64_t M, const Weights& w, float* y) {
   at::parallel_for(0, w.n16 / 16, grain, [&](int64_t b0, int64_t b1) { block(w, x, 0, M, b0, b1, y + b0 * 16, w.out); });
 }
 
-// x (..., K) -> (..., N) float.
-inline at::Tensor linear(const at::Tensor& x, const Weights& w) {
-  TORCH_CHECK(x.size(-1) == w.in, "fp32 linear: expected ", w.in, " input features, got ", x.size(-1));
-  at::Tensor x2 = x.reshape({-1, w.in}).to(at::kFloat).contiguous();  // (M, K)
-  auto sizes = x.sizes().vec();
-  sizes.back() = w.out;
-  at::Tensor y = at::empty({x2.size(0), w.out}, x2.options());  // (M, N)
-  gemm(x2.data_ptr<float>(), x2.size(0), w, y.data_ptr<float>());
-  return y.view(sizes);
-}
-
 }  // namespace f32

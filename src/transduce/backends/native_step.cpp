@@ -133,10 +133,16 @@ struct Linear {
   }
 
   Tensor operator()(const Tensor& x) const {
-    if (q) return int8::linear(x, *q);
-    if (f) return f32::linear(x, *f);
     auto sizes = x.sizes().vec();
     sizes.back() = out_features;
+    if (loops()) {  // the loop step's map over float buffers
+      const int64_t in = q ? q->in : f->in;
+      TORCH_CHECK(x.size(-1) == in, "linear map: expected ", in, " input features, got ", x.size(-1));
+      Tensor x2 = x.reshape({-1, in}).to(at::kFloat).contiguous();  // (rows, in)
+      Tensor y = at::empty({x2.size(0), out_features}, x2.options());  // (rows, out)
+      gemm(x2.data_ptr<float>(), x2.size(0), y.data_ptr<float>());
+      return y.view(sizes);  // (..., out)
+    }
     Tensor x2 = x.reshape({-1, x.size(-1)});  // (rows, in)
     Tensor y = bias.defined() ? at::addmm(bias, x2, wt) : at::mm(x2, wt);
     return y.view(sizes);  // (..., out)
