@@ -223,7 +223,8 @@ def test_resume_refuses_a_changed_model_config(data_dir, tmp_path, capsys):
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler for int8-native")
 def test_a_trained_or_averaged_model_decodes_on_the_fast_path_by_default(data_dir, tmp_path, capsys):
     """train and average measure the backends on this machine and record them (backends.json), so that
-    transduce.load picks int8-native with no other command where it is accurate and measured faster."""
+    transduce.load picks int8-native with no other command where it is accurate and measured faster, and the
+    fp32 C++ step otherwise."""
     import json
 
     from transduce.api import load
@@ -237,7 +238,9 @@ def test_a_trained_or_averaged_model_decodes_on_the_fast_path_by_default(data_di
     assert record["sentences"] == 24 and record["command"] == "transduce train (train.check_backends = 24)"
     assert speed["int8-native"] > speed["fp32"], speed  # the C++ int8 step is the faster one on this CPU
     chosen = load(model).fast_paths.decoder
-    want = "int8-native" if record["delta"] >= -0.3 else "fp32"
+    # int8 where accurate and faster than the fp32 C++ step (a model this small may not be), else fp32 in C++
+    vouched = record["delta"] >= -0.3 and speed["int8-native"] > speed["fp32-native"]
+    want = "int8-native" if vouched else "fp32-native"
     assert chosen.name == want, chosen
     shown = capsys.readouterr()
     assert "decoding backends: bleu fp32" in shown.out + shown.err
