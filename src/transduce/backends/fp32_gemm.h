@@ -11,9 +11,11 @@
 // rows and broadcasts x[r, k]: the vector lanes are 16 independent outputs, never a split of one sum.
 #pragma once
 
-#include <torch/extension.h>
-
+// ATen's tensor type and ops one header each: <torch/extension.h> (all of libtorch's C++ API) would triple
+// the time every build of the step takes to parse its headers.
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <cmath>

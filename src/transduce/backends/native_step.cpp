@@ -10,7 +10,29 @@
 // rounding), and the rest of the step plain loops over float buffers.
 // Built on first use by transduce/backends/native.py with torch.utils.cpp_extension; without a compiler
 // the Python step runs.
-#include <torch/extension.h>
+// ATen's tensor type and ops one header each, and torch's pybind11 casters: <torch/extension.h> (all of
+// libtorch's C++ API) takes more than twice as long to parse, in every build and compile check.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/addmm.h>
+#include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/div.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/index_select.h>
+#include <ATen/ops/layer_norm.h>
+#include <ATen/ops/log_softmax.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/relu.h>
+#include <ATen/ops/remainder.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/softmax.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <cmath>
 #include <limits>

@@ -9,7 +9,13 @@
 // generator's state resumes the same masks.
 // Built on first use by transduce/train/dropout.py (torch.utils.cpp_extension); without a compiler the
 // tensor ops run.
-#include <torch/extension.h>
+// ATen's tensor type and ops one header each, and torch's pybind11 casters: <torch/extension.h> (all of
+// libtorch's C++ API) takes more than twice as long to parse.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "bf16.h"
 

@@ -12,7 +12,13 @@
 //   and A_k = (Σ_v e_k,v (z₁ − z₂)_v) / Σ_v e_k,v − (lse₁ − lse₂), so pass 2 accumulates it from e.
 // Built on first use by transduce/train/native_loss.py (torch.utils.cpp_extension); without a compiler
 // the tensor-op version in loss.py runs. Compiled with -ffast-math so that the exp loops vectorise.
-#include <torch/extension.h>
+// ATen's tensor type and ops one header each, and torch's pybind11 casters: <torch/extension.h> (all of
+// libtorch's C++ API) takes more than twice as long to parse.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include "bf16.h"
 
