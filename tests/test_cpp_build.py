@@ -96,3 +96,18 @@ def test_each_level_builds_under_its_own_name(monkeypatch, tmp_path):
     source.write_text("// one version\n")
     cpp.build("k", source, "k", "none", flags=("-O3",))
     assert seen["name"] == first
+
+
+def test_every_cpp_source_ships_with_the_package():
+    """The kernels compile on the user's machine, from the installed package: every .cpp and .h under
+    src/transduce must be in pyproject.toml's package data, or a wheel install cannot build them."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    package = root / "src" / "transduce"
+    shipped = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["transduce"]
+    )
+    sources = {p.relative_to(package).as_posix() for p in package.rglob("*") if p.suffix in (".cpp", ".h")}
+    assert sources and sources <= shipped, sorted(sources - shipped)

@@ -1,4 +1,4 @@
-"""The C++ dropout (train/native_dropout.cpp) against FastDropout's distribution and its own backward pass."""
+"""The C++ dropout (train/native_dropout.h) against FastDropout's distribution and its own backward pass."""
 
 from __future__ import annotations
 

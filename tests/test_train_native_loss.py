@@ -1,4 +1,4 @@
-"""The C++ loss of a block of logit rows (train/native_loss.cpp) against the tensor-op reference in loss.py."""
+"""The C++ loss of a block of logit rows (train/native_loss.h) against the tensor-op reference in loss.py."""
 
 from __future__ import annotations
 

@@ -6,9 +6,10 @@ trainer.py       — the training loop: steps, validation, checkpoints, time and
 step.py          — one optimizer update over ``update_freq`` batches
 kernels.py       — which kernel runs attention, loss, dropout and the allocator, and why (the fast-paths line)
 loss.py          — label-smoothed cross-entropy (§5.4), tensor ops or the C++ block kernel
-native_loss.py   — the C++ loss blocks (``native_loss.cpp``)
+native.py        — the C++ training kernels, one extension: ``native_train.cpp`` (loss and dropout)
+native_loss.py   — the C++ loss blocks (``native_loss.h``)
 rdrop.py         — R-Drop: two dropout passes and their symmetric KL divergence
-dropout.py       — FastDropout: dropout in C++ (``native_dropout.cpp``) or tensor ops
+dropout.py       — FastDropout: dropout in C++ (``native_dropout.h``) or tensor ops
 schedule.py      — learning-rate schedules (§5.3)
 optim.py         — Adam(W) or Muon
 muon.py          — Muon for the layers' weight matrices

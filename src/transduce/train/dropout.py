@@ -9,7 +9,7 @@ by 1/(1 − p) as in ``F.dropout``. Measured on one thread, forward + backward o
 activation: ≈ 2.5 ms instead of ≈ 5.7 ms for ``F.dropout`` (``python bench/dropout_kernel.py``). The generator is
 torch's CPU generator, so checkpoints that save its state resume the same masks.
 
-On CPU, fp32 and bf16 activations take a C++ version of the same distribution (``native_dropout.cpp``):
+On CPU, fp32 and bf16 activations take a C++ version of the same distribution (``native_dropout.h``):
 one pass, no stored mask (the backward pass recomputes it from a seed drawn from torch's generator).
 Forward + backward of a (156, 12, 128) bf16 activation, 1 thread: see ``python bench/dropout_kernel.py``.
 The tensor ops stay as the reference and the fallback (no compiler, or ``train.dropout_kernel = "tensor"``,
@@ -21,26 +21,11 @@ parameters, so checkpoints and model directories are unchanged.
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..cpp import build
-
-
-@functools.cache
-def extension():
-    """The compiled ``native_dropout.cpp``, or None (with a warning saying why) if it cannot be built."""
-    return build(
-        "transduce_native_dropout",
-        Path(__file__).with_name("native_dropout.cpp"),
-        "the C++ dropout",
-        "training uses FastDropout's tensor ops",
-        headers=(Path(__file__).with_name("bf16.h"),),
-    )
+from .native import extension
 
 
 class _NativeDropout(torch.autograd.Function):

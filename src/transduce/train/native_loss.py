@@ -1,37 +1,19 @@
-"""The loss of one block of logit rows in C++ (``native_loss.cpp``), for :mod:`~transduce.train.loss`.
+"""The loss of one block of logit rows in C++ (``native_loss.h``), for :mod:`~transduce.train.loss`.
 
 The tensor-op version (``loss._block``, ``loss._rdrop_block``) stays as the readable reference and the
-fallback. The extension is compiled with ``torch.utils.cpp_extension`` on first use (tens of seconds, then
-cached under ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``); :func:`extension` returns None when
-it cannot be built (no C++ compiler), and the loss then runs the tensor ops. ``train.loss_kernel = "tensor"``
-turns it off (chosen in :mod:`transduce.train.kernels`), for A/B timing: ``python bench/train_step.py DATA --threads 1
+fallback. The extension (:mod:`~transduce.train.native`, shared with dropout) is compiled on first use;
+:func:`extension` returns None when it cannot be built (no C++ compiler), and the loss then runs the tensor
+ops. ``train.loss_kernel = "tensor"`` turns it off (chosen in :mod:`transduce.train.kernels`), for A/B timing: ``python bench/train_step.py DATA --threads 1
 --max-tokens 1024 --rdrop-alpha 2 --loss-kernel native|tensor`` (whole steps) or ``python
 bench/loss_block.py`` (the loss alone; README, "Which loss kernel trains").
 """
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import torch
 from torch import Tensor
 
-from ..cpp import build
-
-SOURCE = Path(__file__).with_name("native_loss.cpp")
-
-
-@functools.cache
-def extension():
-    """The compiled extension module, or None (with a warning saying why) if it cannot be built."""
-    return build(
-        "transduce_native_loss",
-        SOURCE,
-        "the C++ loss",
-        "training uses the tensor-op loss",
-        headers=(Path(__file__).with_name("bf16.h"),),
-    )
+from .native import extension
 
 
 def applies(*blocks: Tensor) -> bool:

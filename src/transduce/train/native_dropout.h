@@ -7,15 +7,14 @@
 // Nothing is stored: the backward pass recomputes the same mask from the seed, so forward and backward are
 // the same function. The seed comes from torch's CPU generator (dropout.py), so a checkpoint that saves the
 // generator's state resumes the same masks.
-// Built on first use by transduce/train/dropout.py (torch.utils.cpp_extension); without a compiler the
-// tensor ops run.
-// ATen's tensor type and ops one header each, and torch's pybind11 casters: <torch/extension.h> (all of
-// libtorch's C++ API) takes more than twice as long to parse.
+// Compiled into native_train.cpp's extension on first use (transduce/train/native.py); without a compiler
+// the tensor ops run.
+#pragma once
+
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <torch/csrc/utils/pybind.h>
 
 #include "bf16.h"
 
@@ -78,7 +77,3 @@ Tensor dropout(const Tensor& in, int64_t seed, int64_t threshold, double scale) 
 }
 
 }  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("dropout", &dropout, "in · keep(seed, index) · scale, keep at 1 − threshold/32768 (fp32 or bf16)");
-}

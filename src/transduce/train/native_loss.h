@@ -10,15 +10,14 @@
 //   R-Drop, d = log p₁ − log p₂ = z₁ − z₂ − (lse₁ − lse₂), A_k = ⟨p_k, d⟩:
 //   symmetric KL = A₁ − A₂;  ∂KL/∂z₁ = p₁(d − A₁) + (p₁ − p₂),  ∂KL/∂z₂ = p₂(A₂ − d) − (p₁ − p₂)
 //   and A_k = (Σ_v e_k,v (z₁ − z₂)_v) / Σ_v e_k,v − (lse₁ − lse₂), so pass 2 accumulates it from e.
-// Built on first use by transduce/train/native_loss.py (torch.utils.cpp_extension); without a compiler
+// Compiled into native_train.cpp's extension on first use (transduce/train/native.py); without a compiler
 // the tensor-op version in loss.py runs. Compiled with -ffast-math so that the exp loops vectorise.
-// ATen's tensor type and ops one header each, and torch's pybind11 casters: <torch/extension.h> (all of
-// libtorch's C++ API) takes more than twice as long to parse.
+#pragma once
+
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
-#include <torch/csrc/utils/pybind.h>
 
 #include "bf16.h"
 
@@ -168,8 +167,3 @@ Tensor rdrop_block_(Tensor z1, Tensor z2, const Tensor& y, double eps, int64_t p
 }
 
 }  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("smoothed_block_", &smoothed_block_, "smoothed loss and NLL per row; logits -> gradient in place");
-  m.def("rdrop_block_", &rdrop_block_, "R-Drop loss and NLL per row pair; both logit blocks -> gradients in place");
-}
