@@ -11,8 +11,7 @@
 // rows and broadcasts x[r, k]: the vector lanes are 16 independent outputs, never a split of one sum.
 #pragma once
 
-// ATen's tensor type and ops one header each: <torch/extension.h> (all of libtorch's C++ API) would triple
-// the time every build of the step takes to parse its headers.
+// ATen's tensor type and ops one header each, not <torch/extension.h> (native_step.cpp says why).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

@@ -17,8 +17,7 @@
 // subtracted once per output (`wsum`).
 #pragma once
 
-// ATen's tensor type and ops one header each: <torch/extension.h> (all of libtorch's C++ API) would triple
-// the time every build of the step takes to parse its headers.
+// ATen's tensor type and ops one header each, not <torch/extension.h> (native_step.cpp says why).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

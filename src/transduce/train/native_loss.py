@@ -3,9 +3,10 @@
 The tensor-op version (``loss._block``, ``loss._rdrop_block``) stays as the readable reference and the
 fallback. The extension (:mod:`~transduce.train.native`, shared with dropout) is compiled on first use;
 :func:`extension` returns None when it cannot be built (no C++ compiler), and the loss then runs the tensor
-ops. ``train.loss_kernel = "tensor"`` turns it off (chosen in :mod:`transduce.train.kernels`), for A/B timing: ``python bench/train_step.py DATA --threads 1
---max-tokens 1024 --rdrop-alpha 2 --loss-kernel native|tensor`` (whole steps) or ``python
-bench/loss_block.py`` (the loss alone; README, "Which loss kernel trains").
+ops. ``train.loss_kernel = "tensor"`` turns it off (chosen in :mod:`transduce.train.kernels`), for A/B
+timing: ``python bench/train_step.py DATA --threads 1 --max-tokens 1024 --rdrop-alpha 2 --loss-kernel
+native|tensor`` (whole steps) or ``python bench/loss_block.py`` (the loss alone; README, "Which loss kernel
+trains").
 """
 
 from __future__ import annotations
