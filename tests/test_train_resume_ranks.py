@@ -59,6 +59,9 @@ def worker(rank: int, ports: list[int], config: Path, root: Path, out) -> None:
             out.put((rank, "no error"))
         except FileNotFoundError as e:
             out.put((rank, str(e)))
+            # both ranks left the check's last collective before either tears the group down: a rank that
+            # destroyed it while the other was still finishing that all-reduce killed the other, unreported
+            torch.distributed.barrier()
             torch.distributed.destroy_process_group()
     except BaseException as e:
         out.put((rank, f"failed: {e!r}"))
