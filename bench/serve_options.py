@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shlex
 import statistics
 import sys
@@ -26,11 +25,6 @@ from pathlib import Path
 
 from common import machine, revision
 from libretranslate import LT_LENGTH_PENALTY, Server, concurrent
-
-
-def _self_cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def main() -> None:
@@ -60,9 +54,8 @@ def main() -> None:
                 server.start(Path(work))
                 try:
                     concurrent(server, sentences[:16], pair, args.clients)  # warm-up
-                    cpu = _self_cpu_s()
-                    wall, _, server_cores = concurrent(server, sentences, pair, args.clients)
-                    rows[name].append((len(sentences) / wall, server_cores, (_self_cpu_s() - cpu) / wall))
+                    wall, _, server_cores, client_cores = concurrent(server, sentences, pair, args.clients)
+                    rows[name].append((len(sentences) / wall, server_cores, client_cores))
                 finally:
                     server.stop()
     print(f"`python bench/serve_options.py {shlex.join(sys.argv[1:])}`")
