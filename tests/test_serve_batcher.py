@@ -13,11 +13,10 @@ from transduce.serve.batcher import Batcher, Job
 
 
 class Recorder:
-    """``translate(sentences, sources, key)``: sleeps ``delay`` s per call and ``per_sentence`` s per sentence,
-    and returns each sentence upper-cased."""
+    """``translate(sentences, sources, key)``: sleeps ``delay`` s per call and returns each sentence upper-cased."""
 
-    def __init__(self, delay: float = 0.0, per_sentence: float = 0.0):
-        self.delay, self.per_sentence, self.calls, self.lock = delay, per_sentence, [], threading.Lock()
+    def __init__(self, delay: float = 0.0):
+        self.delay, self.calls, self.lock = delay, [], threading.Lock()
         self.running = self.most = 0
 
     def __call__(self, sentences, sources, key):
@@ -25,7 +24,7 @@ class Recorder:
             self.running += 1
             self.most = max(self.most, self.running)
         start = time.monotonic()
-        time.sleep(self.delay + self.per_sentence * len(sentences))
+        time.sleep(self.delay)
         with self.lock:
             self.running -= 1
             self.calls.append((threading.current_thread().name, list(sentences), key, start, time.monotonic()))
@@ -58,34 +57,19 @@ def test_a_lone_request_does_not_wait_for_company():
         b.stop()
 
 
-def test_one_long_text_is_split_among_idle_workers_in_shrinking_pieces():
-    """20 sentences of one request (5 tokens each), two idle workers: the first free worker takes a quarter
-    (its half of the queue, halved), the other half of the rest, and the pieces shrink as the queue empties, so
-    neither worker waits for the other's last half; the answer keeps the text's order."""
-    rec = Recorder(per_sentence=0.02)
+def test_one_long_text_is_split_among_idle_workers():
+    """20 sentences of one request, two idle workers: two calls at once, each about half, answer in order."""
+    rec = Recorder(delay=0.2)
     b = running(Batcher(rec, wait_s=0.0, workers=2))
     sentences = [f"sentence {i} has words" for i in range(20)]
     try:
         assert b.submit(job(sentences)).result(timeout=10) == [s.upper() for s in sentences]
     finally:
         b.stop()
-    calls = sorted(rec.calls, key=lambda c: c[3])  # by start
-    sizes = [len(c[1]) for c in calls]
-    assert sum(sizes) == 20 and rec.most == 2
-    assert sizes[:2] == [5, 7]  # 25 of 100 tokens; then 38 of the 75 left, in whole sentences
-    assert max(sizes[2:]) <= 4 and sizes[-1] <= 2
+    assert len(rec.calls) == 2 and rec.most == 2
+    assert sorted(len(c[1]) for c in rec.calls) == [10, 10]
     assert {c[0] for c in rec.calls} == {"transduce-worker-0", "transduce-worker-1"}
     assert b.stats.requests == 1 and b.stats.sentences == 20 and b.stats.max_parallel == 2
-
-
-def test_one_worker_takes_a_long_text_whole():
-    rec = Recorder()
-    b = running(Batcher(rec, wait_s=0.0, workers=1))
-    try:
-        b.submit(job([f"sentence {i}" for i in range(20)])).result(timeout=10)
-    finally:
-        b.stop()
-    assert [len(c[1]) for c in rec.calls] == [20]
 
 
 def test_concurrent_requests_spread_over_workers_and_batch():

@@ -3,12 +3,10 @@
 ``workers`` threads share one translator (one copy of the weights), or each hands its batches to a worker
 process with its own copy (:mod:`~transduce.serve.replicas`). Requests wait in a queue. A free worker
 takes the oldest request's sentences, with those of later requests that have the same decoding options,
-up to its share of what is queued: the queued source tokens divided among the workers that are free and
-halved again (``SPLIT``) where there are several workers, at most ``batch_tokens``, and at most
-``max_requests`` requests. So a lone long text is decoded on all cores at once in pieces that shrink as its
-queue empties, and the workers end it together instead of one waiting for the other's last half (guided
-self-scheduling); under load a worker leaves half of the queue to the next worker to come free, and each
-batch grows with the queue. A request is answered when the last of its sentences is done.
+up to its share of what is queued: the queued source tokens divided among the workers that are free, at
+most ``batch_tokens``, and at most ``max_requests`` requests. So a lone long text is split among the idle
+workers and decoded on all cores at once, and under load each worker's batch grows with the queue. A
+request is answered when the last of its sentences is done.
 
 No idle wait: a worker that finds the queue holding only the request it takes starts at once. A batching
 window ``wait_s`` (none by default) applies only when other requests are queued, to let a batch gather company.
@@ -34,11 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 REPLICAS_AFTER_S = 2.0  # worker processes start after the first batch, or this long after the batcher
-# With several workers a free one takes 1/SPLIT of its even share of the queue. Against taking the whole share
-# (python bench/serve_options.py-style alternating rounds, the demo's model, 2 threads on a 2-core AVX2 EPYC,
-# 2026-11-29): whole 2,000-character texts one at a time 19,125 against 16,981 characters/s, 8 clients 122
-# against 115 requests/s; decoding two sentences apart costs no more than together at this model's size.
-SPLIT = 2
 
 
 @dataclass(eq=False)
@@ -175,15 +168,14 @@ class Batcher:
 
     def _share(self) -> int:
         """The source tokens a free worker takes: what is queued with the oldest job's options, divided
-        among the free workers and by ``SPLIT`` where there are several, within ``batch_tokens`` (all of it for
-        an exclusive job)."""
+        among the free workers, within ``batch_tokens`` (all of it for an exclusive job)."""
         first = self._jobs[0]
         if first.exclusive:  # it runs alone: split, its parts would wait for each other
             return self.batch_tokens
         same = (job for job in self._jobs if job.key == first.key)
         queued = sum(job.size(i) for job in same for i in range(job.taken, len(job.sentences)))
-        pieces = max(1, self.workers - self._busy) * (SPLIT if self.workers > 1 else 1)
-        return max(1, min(self.batch_tokens, -(-queued // pieces)))
+        free = max(1, self.workers - self._busy)
+        return max(1, min(self.batch_tokens, -(-queued // free)))
 
     def _take(self) -> list[Slice]:
         """Sentences of the oldest job and of later ones with the same options, up to :meth:`_share`."""
