@@ -192,3 +192,16 @@ def test_gpu_script_smoke_on_cpu(data_dir, tmp_path):
     assert [r["impl"] for r in rows] == ["transduce", "nn.Transformer"]
     assert all(r["tgt_tokens_per_s"] > 0 for r in rows)
     assert "| tiny | fp32 |" in (tmp_path / "gpu.md").read_text()
+
+
+def test_decode_batching_times_each_batch_size(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import decode_batching
+
+    sentences = tmp_path / "src.en"
+    sentences.write_text("A man is riding a bike.\nTwo dogs play in the snow.\nA girl reads.\n\nA red car.\n")
+    argv = ["decode_batching.py", "--model", str(tiny_model_dir), "--sentences", str(sentences), "--batches", "1", "3"]
+    monkeypatch.setattr(sys, "argv", argv)
+    decode_batching.main()
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row.split("|")[1].strip() for row in rows] == ["1", "3"]
+    assert all(float(row.split("|")[2]) > 0 for row in rows)
