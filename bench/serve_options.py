@@ -43,6 +43,8 @@ def main() -> None:
     lines = [s.strip() for s in args.sentences.read_text(encoding="utf-8").splitlines() if s.strip()]
     sentences = (lines * (-(-args.count // len(lines))))[: args.count]
     texts = whole_texts(lines[args.count :], 2000, args.texts) if args.texts else []
+    if args.texts and not texts:
+        p.error(f"--texts {args.texts}: {args.sentences} has no sentences after the first --count {args.count}")
     pair = tuple(args.pair.split("-"))
     base = [sys.executable, "-m", "transduce", "serve", "--model", str(args.model), "--port", "{port}"]
     base += ["--disable-files-translation", "--beam", "4", "--alpha", str(LT_LENGTH_PENALTY)]
