@@ -32,30 +32,6 @@ def test_empty_and_overlong_lines_keep_the_line_count(translator, sources):
 
 
 @pytest.mark.slow
-def test_batches_one_length_each_unless_mixed(translator):
-    """Batches cover every non-empty source once and hold ``batch_tokens`` padded tokens at most (a longer source
-    alone); without ``mix`` each holds one padded length (what the PyTorch step's exact scores need), with it
-    lengths share a batch, sorted, each batch costing its longest source's padded length per sentence."""
-    assert not translator.pads_freely  # the PyTorch model's scores depend on the padding
-    lengths = [3, 17, None, 9, 40, 5, 12, 33, 8, 16, 100]
-    sources = [None if n is None else [7] * n for n in lengths]
-    real = [i for i, n in enumerate(lengths) if n is not None]
-    pad = translator.padded_length
-    for mix in (False, True):
-        for budget, size in ((64, None), (200, 3), (10_000, None)):
-            got = translator.batches(sources, budget, size, mix=mix)
-            assert sorted(i for b in got for i in b) == real
-            for b in got:
-                width = max(pad(lengths[i]) for i in b)
-                assert len(b) == 1 or len(b) * width <= budget, (mix, budget, b)
-                assert size is None or len(b) <= size
-                assert mix or len({pad(lengths[i]) for i in b}) == 1
-            if mix:
-                assert [lengths[i] for b in got for i in b] == sorted(lengths[i] for i in real)
-    assert len(translator.batches(sources, 10_000, None, mix=True)) == 1
-    assert len(translator.batches(sources, 10_000, None)) == len({pad(lengths[i]) for i in real})
-
-
 def test_results_in_input_order(translator, sources):
     one_by_one = [translator.translate([s], search=SearchOptions(beam=1))[0] for s in sources[:6]]
     assert translator.translate(sources[:6], search=SearchOptions(beam=1), batch_size=4) == one_by_one

@@ -219,7 +219,6 @@ class NativeStep(nn.Module):
         loops = maps != "aten"
         self.selects_in_step = loops  # beam search calls step_candidates (search._candidates)
         self.searches_whole = loops  # search.beam_search hands the whole loop to beam_search below
-        self.pads_freely = loops  # a sentence's output does not depend on its batch's padding: batches mix lengths
         self._no_rows = torch.empty(0, dtype=torch.long)
         self.decoder = decoder_of(ext, spec, LINEAR[maps])
         self.encoder = encoder_of(ext, spec, LINEAR[maps]) if loops else None

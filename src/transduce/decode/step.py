@@ -36,11 +36,9 @@ class DecoderStep(Protocol):
     ``selects_in_step = True`` has ``step_candidates(tokens, cache, scores, forced, want)``, the step and the
     selection in one call; both return (top_val, top_row, top_tok), each (slots, c). One with
     ``searches_whole = True`` has ``beam_search(src, beam, alpha, max_len_a, max_len_b, nbest)``, the whole of
-    ``search.beam_search`` in one call, with the same hypotheses as that loop. One with ``pads_freely = True``
-    gives each sentence the same output, bit for bit, whatever its batch's padding, so a translator batches
-    sentences of different lengths together (:meth:`~transduce.decode.translator.Translator.batches`). A step
-    that runs a PyTorch model's arithmetic elsewhere (the C++ step) names that model as ``pytorch_model``, for
-    the jobs that read its attention weights.
+    ``search.beam_search`` in one call, with the same hypotheses as that loop. A step that runs a
+    PyTorch model's arithmetic elsewhere (the C++ step) names that model as ``pytorch_model``, for the jobs
+    that read its attention weights.
     """
 
     config: Any

@@ -9,8 +9,6 @@ thread, in fp32 and in bf16 (tests/test_decode_invariance.py; 1,000 Multi30k tes
 sentences give byte-identical output at batch size 1 and 4,096 tokens). With several
 threads MKL rounds a GEMM row differently depending on its position in the batch, so scores
 may differ in the last bits (text was identical in our tests). GPU kernels were not tested.
-The C++ loop step needs none of these measures (each row computed on its own, padded keys skipped:
-``pads_freely``), so with it sentences of any lengths share a batch, at any thread count.
 """
 
 from __future__ import annotations
@@ -130,27 +128,13 @@ class Translator:
         return out
 
     def batches(
-        self,
-        sources: list[list[int] | None],
-        batch_tokens: int,
-        batch_size: int | None,
-        sort: bool = True,
-        mix: bool = False,
+        self, sources: list[list[int] | None], batch_tokens: int, batch_size: int | None, sort: bool = True
     ) -> list[list[int]]:
-        """Indices of non-empty sources grouped into batches.
+        """Indices of non-empty sources grouped into batches of one padded length each.
 
-        ``batch_tokens`` bounds padded source tokens per batch (sentences × the padded length of its
-        longest), ``batch_size`` sentences. ``sort`` orders the sources by length (less padding, and less
-        waiting in the decoder for a batch's longest output). A batch holds sources of one padded length
-        only, unless ``mix``: then sources of different lengths share a batch, as a server's few requests
-        of a moment do, which is exact only for a decoder whose output for a sentence does not depend on
-        its batch's padding (:attr:`pads_freely`).
+        ``batch_tokens`` bounds padded source tokens per batch, ``batch_size`` sentences.
+        ``sort`` orders each group by length (less padding in the decoder's stopping times).
         """
-        if mix:
-            members = [i for i, ids in enumerate(sources) if ids is not None]
-            return self._fill(
-                sorted(members, key=lambda i: len(sources[i])) if sort else members, sources, batch_tokens, batch_size
-            )
         groups: dict[int, list[int]] = defaultdict(list)
         for i, ids in enumerate(sources):
             if ids is not None:
@@ -158,33 +142,11 @@ class Translator:
         out: list[list[int]] = []
         for width in sorted(groups):
             members = sorted(groups[width], key=lambda i: len(sources[i])) if sort else groups[width]
-            out += self._fill(members, sources, batch_tokens, batch_size)
+            per_batch = max(1, batch_tokens // width)
+            if batch_size is not None:
+                per_batch = min(per_batch, batch_size)
+            out += [members[k : k + per_batch] for k in range(0, len(members), per_batch)]
         return out
-
-    def _fill(
-        self, members: list[int], sources: list[list[int]], batch_tokens: int, batch_size: int | None
-    ) -> list[list[int]]:
-        """``members`` in order, cut into batches of at most ``batch_size`` sentences whose count times the
-        padded length of their longest stays within ``batch_tokens`` (a longer sentence alone)."""
-        out: list[list[int]] = []
-        batch: list[int] = []
-        width = 0  # the padded length of the batch's longest source
-        for i in members:
-            own = self.padded_length(len(sources[i]))
-            full = batch_size is not None and len(batch) >= batch_size
-            if batch and (full or (len(batch) + 1) * max(width, own) > batch_tokens):
-                out.append(batch)
-                batch, width = [], 0
-            batch.append(i)
-            width = max(width, own)
-        return out + [batch] if batch else out
-
-    @property
-    def pads_freely(self) -> bool:
-        """Whether the decoder's output for a sentence is the same whatever its batch's padding (the C++ loop
-        step: :class:`~transduce.decode.step.DecoderStep`'s ``pads_freely``), so that search may batch
-        sentences of different lengths together."""
-        return getattr(self.model, "pads_freely", False)
 
     def padded_length(self, n: int) -> int:
         return min(-(-n // PAD_MULTIPLE) * PAD_MULTIPLE, self.config.max_positions)
@@ -277,7 +239,7 @@ class Translator:
         and detokenising."""
         options = SearchOptions() if options is None else options
         results: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in sources]
-        for index in self.batches(sources, batch_tokens, batch_size, sort, mix=self.pads_freely):
+        for index in self.batches(sources, batch_tokens, batch_size, sort):
             src = self.tensor([sources[i] for i in index])  # (B, width)
             seeds = [options.sample.seed + i for i in index] if options.sample is not None else None
             wanted = [constraints[i] for i in index] if constraints is not None else None

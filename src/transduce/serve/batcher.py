@@ -16,11 +16,9 @@ parallel between the Python parts of a step, and process workers wholly; each ru
 threads the server was given (one by default, one worker per core). Jobs that record attention (``exclusive``: word alignments for HTML, the page's attention) set state
 on the model's modules, so one of them runs alone on the model, with no other batch beside it.
 
-A sentence's translation does not depend on what it was batched with, nor on which worker decoded it, so
-served output equals offline output: the C++ loop step computes each row on its own and skips padded keys,
-so it decodes a batch's sentences of every length in one call; with the other decoders the translator pads
-every sentence to a length that depends only on itself and decodes each padded length apart (see
-:mod:`transduce.decode.translator`).
+The translator pads every sentence to a length that depends only on itself and batches sentences of one
+padded length (see :mod:`transduce.decode.translator`), so a sentence's translation does not depend on what
+it was batched with, nor on which worker decoded it: served output equals offline output.
 """
 
 from __future__ import annotations
