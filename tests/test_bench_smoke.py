@@ -200,8 +200,11 @@ def test_decode_batching_times_each_batch_size(tiny_model_dir, tmp_path, monkeyp
     sentences = tmp_path / "src.en"
     sentences.write_text("A man is riding a bike.\nTwo dogs play in the snow.\nA girl reads.\n\nA red car.\n")
     argv = ["decode_batching.py", "--model", str(tiny_model_dir), "--sentences", str(sentences), "--batches", "1", "3"]
-    monkeypatch.setattr(sys, "argv", argv)
-    decode_batching.main()
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and line[2].isdigit()]
-    assert [row.split("|")[1].strip() for row in rows] == ["1", "3"]
-    assert all(float(row.split("|")[2]) > 0 for row in rows)
+    for order in ("length", "input"):
+        monkeypatch.setattr(sys, "argv", [*argv, "--order", order])
+        decode_batching.main()
+        out = capsys.readouterr().out
+        assert f"in {order} order" in out
+        rows = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
+        assert [row.split("|")[1].strip() for row in rows] == ["1", "3"]
+        assert all(float(row.split("|")[2]) > 0 for row in rows)
