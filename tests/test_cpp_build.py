@@ -96,6 +96,15 @@ def test_each_level_builds_under_its_own_name(monkeypatch, tmp_path):
     source.write_text("// one version\n")
     cpp.build("k", source, "k", "none", flags=("-O3",))
     assert seen["name"] == first
+    # the same code in another folder (a second checkout) too: torch's build file names the source's path, so a
+    # shared build would be rebuilt whenever the other checkout ran
+    (tmp_path / "other").mkdir()
+    twin = tmp_path / "other" / "k.cpp"
+    twin.write_text("// one version\n")
+    cpp.build("k", twin, "k", "none", flags=("-O3",))
+    assert seen["name"].startswith("k_avx2_") and seen["name"] != first
+    cpp.build("k", source, "k", "none", flags=("-O3",))
+    assert seen["name"] == first
 
 
 def test_every_cpp_source_ships_with_the_package():

@@ -152,7 +152,7 @@ def build(
     built and the ``fallback`` that runs instead.
 
     The module is named ``{name}_{isa}_{version}``: one build per level and per version of the code (the
-    source, its headers and the flags) in the cache. A define changes with the
+    source, its headers, the flags and the source's folder) in the cache. A define changes with the
     headers, since torch rebuilds when the source or the flags change, not a header. The default flags
     (``-ffast-math``, so that the exp loops vectorise) suit the training kernels, whose inputs are finite
     logits and activations; the decoder step masks with -inf and passes its own flags, without it.
@@ -161,10 +161,19 @@ def build(
 
     level = isa_named(isa)
     digest = hashlib.sha1(b"".join(h.read_bytes() for h in (*headers, *level.includes))).hexdigest()[:12]
-    # the source, headers and flags name the build: two versions of the code (two checkouts, an upgrade, a
-    # rollback) keep a build each in the cache, where one shared name rebuilt it at every switch (~40 s a start)
+    # the source, headers, flags and the source's folder name the build: two versions of the code (two checkouts,
+    # an upgrade, a rollback) keep a build each in the cache, where one shared name rebuilt it at every switch (~40 s
+    # a start). The folder too, because torch's build file names the source's path: two checkouts of the same code
+    # under one name rebuilt it each time a command of the other one ran.
     version = hashlib.sha1(
-        b"\0".join([source.read_bytes() if source.is_file() else b"", digest.encode(), *map(str.encode, flags)])
+        b"\0".join(
+            [
+                source.read_bytes() if source.is_file() else b"",
+                digest.encode(),
+                str(source.resolve().parent).encode(),
+                *map(str.encode, flags),
+            ]
+        )
     ).hexdigest()[:8]
     module = f"{name}_{level.name}_{version}"
     try:
