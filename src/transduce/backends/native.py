@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from ..cpp import Isa, build
-from ..decode.hypothesis import Hypothesis, max_lengths
+from ..decode.hypothesis import Hypothesis, limits_of
 from ..decode.search import TOPK_BLOCK, ids_tensor
 from ..model import Transformer
 from ..model.cache import DecoderCache, LayerCache
@@ -228,6 +228,8 @@ class NativeStep(nn.Module):
         emb = model.tgt_embed
         # every step's position encoding, (max_positions, d_model): a row per step instead of a module call
         self._positions = emb.positions(self.config.max_positions, 0).detach().to(emb.token.weight.dtype)
+        src = model.src_embed  # the encoder's, (max_positions, d_model) fp32: sliced per batch, not made again
+        self._src_positions = src.positions(self.config.max_positions, 0).detach().float().contiguous()
 
     @property
     def pytorch_model(self) -> nn.Module:
@@ -246,7 +248,7 @@ class NativeStep(nn.Module):
         """src (B, S) -> Encoded; the loop step encodes in C++ and keeps the encoder–decoder keys/values."""
         if self.encoder is None:
             return self.model.encode(src)
-        out = self.encoder.encode(src, self.model.src_embed.positions(src.size(1), 0))
+        out = self.encoder.encode(src, self._src_positions[: src.size(1)])
         L = len(self.model.decoder.layers)
         return EncodedKV(out[0], self.model.source_mask(src), out[1 : 1 + L], out[1 + L :])
 
@@ -273,7 +275,9 @@ class NativeStep(nn.Module):
         if self.encoder is None:
             raise ValueError("the whole beam search in C++ runs the loop step (maps int8 or fp32)")
         cfg = self.config
-        limits = max_lengths(src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions - 1)
+        # from the ids as a list: a torch op releases the GIL, and a worker thread then waits to take it back
+        lengths = [len(row) - row.count(cfg.pad_id) - 1 for row in src.tolist()]  # without eos
+        limits = limits_of(lengths, max_len_a, max_len_b, cfg.max_positions - 1)
         enc = self.encode(src)
         found = self.decoder.beam_search(
             enc.keys, enc.values, enc.mask, self._positions, limits, beam, alpha, nbest, cfg.bos_id, cfg.eos_id

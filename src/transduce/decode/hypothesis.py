@@ -29,4 +29,9 @@ def length_penalty(length: int, alpha: float) -> float:
 def max_lengths(src: Tensor, pad_id: int, a: float, b: int, limit: int) -> list[int]:
     """Most output tokens (without eos) per sentence: a·|x| + b, |x| without eos, capped at ``limit``."""
     src_len = (src != pad_id).sum(1) - 1  # (B,) tokens without eos
-    return [min(int(a * n + b), limit) for n in src_len.tolist()]
+    return limits_of(src_len.tolist(), a, b, limit)
+
+
+def limits_of(src_len: list[int], a: float, b: int, limit: int) -> list[int]:
+    """:func:`max_lengths` from each source's token count without eos."""
+    return [min(int(a * n + b), limit) for n in src_len]
