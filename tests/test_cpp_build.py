@@ -79,7 +79,7 @@ def test_each_level_builds_under_its_own_name(monkeypatch, tmp_path):
     monkeypatch.delenv(cpp.ISA_VARIABLE, raising=False)
     _cpu(monkeypatch, "avx2 fma")
     seen = {}
-    monkeypatch.setattr(cpp_extension, "_get_build_directory", lambda name, verbose: str(tmp_path / name))
+    monkeypatch.setattr(cpp, "build_root", lambda: tmp_path)
     monkeypatch.setattr(cpp_extension, "load", lambda **kw: seen.update(kw) or "module")
     source = tmp_path / "k.cpp"
     source.write_text("// one version\n")
@@ -105,6 +105,51 @@ def test_each_level_builds_under_its_own_name(monkeypatch, tmp_path):
     assert seen["name"].startswith("k_avx2_") and seen["name"] != first
     cpp.build("k", source, "k", "none", flags=("-O3",))
     assert seen["name"] == first
+
+
+def test_the_build_folder_is_torchs(monkeypatch, tmp_path):
+    """cpp.build_root finds torch's build folder without importing torch.utils.cpp_extension: the same folder."""
+    from pathlib import Path
+
+    from torch.utils import cpp_extension
+
+    from transduce import cpp
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    assert cpp.build_root() == Path(cpp_extension._get_build_directory("x", verbose=False)).parent
+    assert cpp.build_root().is_relative_to(tmp_path)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    assert cpp.build_root() == Path(cpp_extension._get_build_directory("x", verbose=False)).parent
+
+
+def test_a_stamped_build_loads_directly_and_only_then(tmp_path):
+    """A build is imported without torch's loader only when its stamp names it and this torch, and it imports."""
+    from transduce import cpp
+
+    folder = tmp_path / "k_avx2_1234"
+    folder.mkdir()
+    assert cpp.load_built(folder, "k_avx2_1234") is None  # never built
+    (folder / "k_avx2_1234.so").write_bytes(b"not a library")
+    (folder / cpp.STAMP).write_text("k_avx2_1234 torch 0.0.1\n")
+    assert cpp.load_built(folder, "k_avx2_1234") is None  # built against another torch
+    (folder / cpp.STAMP).write_text(cpp.stamp_of("k_avx2_1234"))
+    assert cpp.load_built(folder, "k_avx2_1234") is None  # stamped, but does not import: torch's loader decides
+
+
+def test_a_built_step_loads_without_torchs_loader():
+    """Once built (the tests before built it), the decoder step loads in a new process without importing
+    torch.utils.cpp_extension (and setuptools with it) or running ninja."""
+    from transduce.backends import native
+
+    if native.extension() is None:
+        pytest.skip("no C++ compiler here")
+    code = (
+        "import sys; from transduce.backends import native; "
+        "assert native.extension() is not None; print('torch.utils.cpp_extension' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_every_cpp_source_ships_with_the_package():

@@ -20,8 +20,10 @@ import contextlib
 import fcntl
 import functools
 import hashlib
+import importlib.util
 import os
 import platform
+import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -137,6 +139,53 @@ def builder_lock(build_dir: Path) -> Iterator[None]:
             fcntl.flock(held, fcntl.LOCK_UN)
 
 
+def build_root() -> Path:
+    """The folder ``torch.utils.cpp_extension`` builds extensions in (its ``_get_build_directory``'s root),
+    found without importing that module, which imports setuptools and runs ninja: a quarter of a second
+    of every start that loads a built kernel (``tests/test_cpp_build.py`` checks the two agree)."""
+    import torch
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if root is not None:
+        return Path(root)
+    if torch.version.hip is not None:
+        accelerator = f"rocm{torch.version.hip.replace('.', '')}"
+    elif torch.version.cuda is not None:
+        accelerator = f"cu{torch.version.cuda.replace('.', '')}"
+    else:
+        accelerator = "cpu"
+    python = f"py{sys.version_info.major}{sys.version_info.minor}{getattr(sys, 'abiflags', '')}"
+    from torch._appdirs import user_cache_dir
+
+    return Path(os.path.realpath(user_cache_dir(appname="torch_extensions"))) / f"{python}_{accelerator}"
+
+
+STAMP = "transduce.built"  # written in a build's folder once torch has built and loaded it
+
+
+def stamp_of(module: str) -> str:
+    """What :data:`STAMP` holds for ``module``: its name and the torch it was built against (an upgraded
+    torch goes through torch's checks again, which rebuild against its headers)."""
+    import torch
+
+    return f"{module} torch {torch.__version__}\n"
+
+
+def load_built(build_dir: Path, module: str):
+    """The module built before in ``build_dir`` (its :data:`STAMP` says so), imported directly; None if
+    there is none or it does not import (then torch's loader checks and builds as usual)."""
+    library = build_dir / f"{module}.so"
+    try:
+        if (build_dir / STAMP).read_text() != stamp_of(module) or not library.is_file():
+            return None
+        spec = importlib.util.spec_from_file_location(module, library)
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        return loaded
+    except (OSError, ImportError):
+        return None
+
+
 def build(
     name: str,
     source: Path,
@@ -157,8 +206,6 @@ def build(
     (``-ffast-math``, so that the exp loops vectorise) suit the training kernels, whose inputs are finite
     logits and activations; the decoder step masks with -inf and passes its own flags, without it.
     """
-    from torch.utils import cpp_extension
-
     level = isa_named(isa)
     digest = hashlib.sha1(b"".join(h.read_bytes() for h in (*headers, *level.includes))).hexdigest()[:12]
     # the source, headers, flags and the source's folder name the build: two versions of the code (two checkouts,
@@ -176,15 +223,22 @@ def build(
         )
     ).hexdigest()[:8]
     module = f"{name}_{level.name}_{version}"
+    build_dir = build_root() / module
+    if (built := load_built(build_dir, module)) is not None:
+        return built
+    from torch.utils import cpp_extension
+
     try:
-        with builder_lock(Path(cpp_extension._get_build_directory(module, verbose=False))):
-            return cpp_extension.load(
+        with builder_lock(build_dir):
+            loaded = cpp_extension.load(
                 name=module,
                 sources=[str(source)],
                 extra_cflags=[*flags, *level.flags, f"-DTRANSDUCE_HEADERS={digest}"],
                 extra_ldflags=list(ldflags) or None,
                 verbose=False,
             )
+            (build_dir / STAMP).write_text(stamp_of(module))
+            return loaded
     except Exception as err:  # no compiler, no headers
         first = str(err).splitlines()[0] if str(err) else ""
         warnings.warn(
