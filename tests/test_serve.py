@@ -212,6 +212,9 @@ def test_cli_binds_localhost_by_default_and_checks_settings(tiny_model_dir, caps
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw))
     assert main(["serve", "--model", str(tiny_model_dir), "--threads", "1"]) == 0
     assert seen["host"] == "127.0.0.1" and seen["port"] == 8080
+    assert seen["access_log"] is False and seen["ws"] == "none"  # no line per request unless asked
+    assert main(["serve", "--model", str(tiny_model_dir), "--threads", "1", "--access-log"]) == 0
+    assert seen["access_log"] is True
     torch.set_num_threads(1)
     assert main(["serve", "--model", str(tiny_model_dir), "--max-sentences", "0"]) == 2
     assert "--max-sentences" in capsys.readouterr().err
