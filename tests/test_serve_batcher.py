@@ -85,6 +85,33 @@ def test_concurrent_requests_spread_over_workers_and_batch():
     assert b.stats.requests == 16
 
 
+def test_a_worker_leaves_its_busy_peer_a_part_of_the_queue():
+    """Worker 0 is on a long batch, worker 1 frees up with 6 requests queued: it takes an equal part of the
+    work in hand, not all of it, so both stay busy (with the old rule, all 6 in one call)."""
+
+    class Timed(Recorder):
+        def __call__(self, sentences, sources, key):
+            self.delay = 0.5 if sentences[0].startswith("slow") else 0.05
+            return super().__call__(sentences, sources, key)
+
+    rec = Timed()
+    b = running(Batcher(rec, wait_s=0.0, workers=2))
+    try:
+        slow = b.submit(job(["slow a"]))
+        while b.stats.max_parallel < 1:
+            time.sleep(0.001)
+        quick = b.submit(job(["b"]))
+        while b.stats.max_parallel < 2:
+            time.sleep(0.001)
+        queued = [b.submit(job([f"c {i}"])) for i in range(6)]
+        assert [f.result(timeout=10) for f in queued] == [[f"C {i}"] for i in range(6)]
+        assert slow.result(timeout=10) == ["SLOW A"] and quick.result(timeout=10) == ["B"]
+    finally:
+        b.stop()
+    first = next(c for c in rec.calls if c[1][0].startswith("c"))
+    assert len(first[1]) == 3  # (6 x 3 queued + 3 being decoded) / 2 workers = 11 tokens: 3 requests of 3
+
+
 def test_options_that_differ_never_share_a_call():
     rec = Recorder(delay=0.02)
     b = running(Batcher(rec, wait_s=0.01, workers=2))

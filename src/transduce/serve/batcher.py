@@ -3,10 +3,12 @@
 ``workers`` threads share one translator (one copy of the weights), or each hands its batches to a worker
 process with its own copy (:mod:`~transduce.serve.replicas`). Requests wait in a queue. A free worker
 takes the oldest request's sentences, with those of later requests that have the same decoding options,
-up to its share of what is queued: the queued source tokens divided among the workers that are free, at
-most ``batch_tokens``, and at most ``max_requests`` requests. So a lone long text is split among the idle
-workers and decoded on all cores at once, and under load each worker's batch grows with the queue. A
-request is answered when the last of its sentences is done.
+up to its share: the queued source tokens divided among the workers that are free, but no more than an
+equal part of all the work in hand (queued and being decoded) among all the workers, at most
+``batch_tokens``, and at most ``max_requests`` requests. So a lone long text is split among the idle
+workers and decoded on all cores at once; under load each worker's batch grows with the queue, and a worker
+that frees up while the other is on a short batch leaves that one its part of the queue instead of taking
+it all and leaving it idle. A request is answered when the last of its sentences is done.
 
 No idle wait: a worker that finds the queue holding only the request it takes starts at once. A batching
 window ``wait_s`` (none by default) applies only when other requests are queued, to let a batch gather company.
@@ -73,6 +75,11 @@ class Stats:
     max_parallel: int = 0  # the most workers that decoded at once
 
 
+def tokens_of(slices: list[Slice]) -> int:
+    """Source tokens of a batch's sentences."""
+    return sum(s.job.size(i) for s in slices for i in range(s.start, s.end))
+
+
 class Batcher:
     """``submit`` jobs from any thread; ``translate(sentences, sources, key) -> list`` runs on the workers
     (``sources``: the jobs' encoded sentences, concatenated as the sentences are). ``translate`` is one
@@ -101,6 +108,7 @@ class Batcher:
         self._cv = threading.Condition()
         self._stopping = False
         self._busy = 0  # workers decoding now
+        self._busy_tokens = 0  # source tokens of the batches being decoded
         self._exclusive = False  # an exclusive job is running
         self._first_batch = threading.Event()
         self._threads = [
@@ -168,14 +176,16 @@ class Batcher:
 
     def _share(self) -> int:
         """The source tokens a free worker takes: what is queued with the oldest job's options, divided
-        among the free workers, within ``batch_tokens`` (all of it for an exclusive job)."""
+        among the free workers, and at most an equal part of that and the batches being decoded among all
+        workers, within ``batch_tokens`` (all of it for an exclusive job)."""
         first = self._jobs[0]
         if first.exclusive:  # it runs alone: split, its parts would wait for each other
             return self.batch_tokens
         same = (job for job in self._jobs if job.key == first.key)
         queued = sum(job.size(i) for job in same for i in range(job.taken, len(job.sentences)))
         free = max(1, self.workers - self._busy)
-        return max(1, min(self.batch_tokens, -(-queued // free)))
+        fair = -(-(queued + self._busy_tokens) // self.workers)  # all the work in hand, in equal parts
+        return max(1, min(self.batch_tokens, -(-queued // free), fair))
 
     def _take(self) -> list[Slice]:
         """Sentences of the oldest job and of later ones with the same options, up to :meth:`_share`."""
@@ -218,6 +228,7 @@ class Batcher:
                 if not slices:
                     continue
                 self._busy += 1
+                self._busy_tokens += tokens_of(slices)
                 self._exclusive = slices[0].job.exclusive
                 self.stats.max_parallel = max(self.stats.max_parallel, self._busy)
                 if self._jobs:
@@ -246,6 +257,7 @@ class Batcher:
             finally:  # the worker is free before its requests are answered: a client never sees it busy after
                 with self._cv:
                     self._busy -= 1
+                    self._busy_tokens -= tokens_of(slices)
                     self._exclusive = False
                     self._cv.notify_all()
             for job, answer in answers:
