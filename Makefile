@@ -79,15 +79,14 @@ bench: $(STAMP)
 	$(PY) bench/run.py --out BENCHMARKS.md
 
 # transduce serve against the real LibreTranslate (pinned, in its own venv, offline) on the same two models: the
-# demo's and a base-size one trained for 20 minutes on the demo's data (configs/bench-base-bible.toml; on 2 AVX2
-# cores in fp32 that is ~20 updates, too few to translate: docs/serving.md); not part of `make test`
+# demo's and a base-size one trained for 50 minutes on the demo's data (configs/bench-base-bible.toml, one process
+# on all cores; on 2 AVX2 cores in fp32 too few updates to translate: docs/serving.md); not part of `make test`
 LT_VENV := runs/bench/lt/venv
 bench-libretranslate: $(STAMP)
 	test -x $(LT_VENV)/bin/libretranslate || { $(PYTHON) -m venv $(LT_VENV) && $(LT_VENV)/bin/pip install -q $(TORCH) \
 	  && $(LT_VENV)/bin/pip install -q libretranslate==1.9.6 && $(LT_VENV)/bin/pip install -q spacy==3.8.18 'rich<13'; }
 	test -f runs/demo/model/config.toml || $(VENV)/bin/transduce demo --minutes $(DEMO_MINUTES)
-	test -f runs/bench/base/run/model/config.toml || $(VENV)/bin/torchrun --standalone --nproc_per_node=2 \
-	  -m transduce train configs/bench-base-bible.toml
+	test -f runs/bench/base/run/model/config.toml || $(VENV)/bin/transduce train configs/bench-base-bible.toml
 	$(PY) bench/libretranslate.py --model small=runs/demo/model --model base=runs/bench/base/run/model \
 	  --sentences runs/demo/data/test.en --lt-venv $(LT_VENV) | tee runs/bench/libretranslate.md
 

@@ -1,6 +1,6 @@
 """``transduce serve`` against the real LibreTranslate, on the same model and machine, side by side.
 
-    python bench/libretranslate.py --model small=runs/demo/model --model base=runs/bench/base/model \\
+    python bench/libretranslate.py --model small=runs/demo/model --model base=runs/bench/base/run/model \\
         --sentences runs/demo/data/test.en --lt-venv runs/bench/lt/venv [--rounds 3]
 
 (``make bench-libretranslate`` installs the pinned LibreTranslate in its own venv, trains or finds the models, and
