@@ -75,11 +75,6 @@ class Stats:
     max_parallel: int = 0  # the most workers that decoded at once
 
 
-def tokens_of(slices: list[Slice]) -> int:
-    """Source tokens of a batch's sentences."""
-    return sum(s.job.size(i) for s in slices for i in range(s.start, s.end))
-
-
 class Batcher:
     """``submit`` jobs from any thread; ``translate(sentences, sources, key) -> list`` runs on the workers
     (``sources``: the jobs' encoded sentences, concatenated as the sentences are). ``translate`` is one
@@ -187,8 +182,9 @@ class Batcher:
         fair = -(-(queued + self._busy_tokens) // self.workers)  # all the work in hand, in equal parts
         return max(1, min(self.batch_tokens, -(-queued // free), fair))
 
-    def _take(self) -> list[Slice]:
-        """Sentences of the oldest job and of later ones with the same options, up to :meth:`_share`."""
+    def _take(self) -> tuple[list[Slice], int]:
+        """Sentences of the oldest job and of later ones with the same options, up to :meth:`_share`, and
+        their source tokens."""
         first = self._jobs[0]
         budget, tokens, slices = self._share(), 0, []
         for job in list(self._jobs):
@@ -211,9 +207,11 @@ class Batcher:
                 self._jobs.remove(job)
             if tokens >= budget:
                 break
-        return slices
+        return slices, tokens
 
-    def _next(self) -> list[Slice] | None:
+    def _next(self) -> tuple[list[Slice], int] | None:
+        """The next batch and its source tokens (counted as being decoded until :meth:`_work` frees them);
+        None once stopped with nothing queued."""
         with self._cv:
             while True:
                 while not self._ready():
@@ -224,16 +222,16 @@ class Batcher:
                     self._gather()
                 if not self._ready():
                     continue
-                slices = self._take()
+                slices, tokens = self._take()
                 if not slices:
                     continue
                 self._busy += 1
-                self._busy_tokens += tokens_of(slices)
+                self._busy_tokens += tokens
                 self._exclusive = slices[0].job.exclusive
                 self.stats.max_parallel = max(self.stats.max_parallel, self._busy)
                 if self._jobs:
                     self._cv.notify_all()  # another free worker may take the rest
-                return slices
+                return slices, tokens
 
     def _gather(self) -> None:
         """Wait up to ``wait_s`` while the oldest job's batch is under its budget (the lock is held)."""
@@ -250,14 +248,15 @@ class Batcher:
                 return
 
     def _work(self, worker: int) -> None:
-        while (slices := self._next()) is not None:
+        while (batch := self._next()) is not None:
+            slices, tokens = batch
             answers: list[tuple[Job, Any]] = []
             try:
                 answers = self._run(self.runners[worker], slices)
             finally:  # the worker is free before its requests are answered: a client never sees it busy after
                 with self._cv:
                     self._busy -= 1
-                    self._busy_tokens -= tokens_of(slices)
+                    self._busy_tokens -= tokens
                     self._exclusive = False
                     self._cv.notify_all()
             for job, answer in answers:
