@@ -1,7 +1,7 @@
 """``transduce serve`` against the real LibreTranslate, on the same model and machine, side by side.
 
-    python bench/libretranslate.py --model small=runs/demo/model --model base=runs/bench/base/run/model \\
-        --sentences runs/demo/data/test.en --lt-venv runs/bench/lt/venv [--rounds 3]
+    python bench/libretranslate.py --model small=runs/demo/model --sentences runs/demo/data/test.en \\
+        --model base=runs/bench/base-m30k/model --sentences runs/m30k/test.en --lt-venv runs/bench/lt/venv [--rounds 3]
 
 (``make bench-libretranslate`` installs the pinned LibreTranslate in its own venv, trains or finds the models, and
 runs this.) For each model: exports it to an int8 Argos package (``transduce export --to argos``), installs it
@@ -346,7 +346,13 @@ def agreement(outputs: dict[str, list[str]], a: str, b: str) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", action="append", required=True, metavar="NAME=DIR", help="a model directory, named")
-    p.add_argument("--sentences", type=Path, required=True, help="source sentences, one per line")
+    p.add_argument(
+        "--sentences",
+        type=Path,
+        action="append",
+        required=True,
+        help="source sentences, one per line: once for every model, or once per model in --model's order",
+    )
     p.add_argument("--lt-venv", type=Path, required=True, help=f"a venv with libretranslate=={LT_VERSION}")
     p.add_argument("--work", type=Path, default=ROOT / "runs" / "bench" / "libretranslate")
     p.add_argument("--count", type=int, default=200, help="sentences of the one-at-a-time load (default 200)")
@@ -361,16 +367,20 @@ def main() -> None:
         "runs where no accuracy record vouches for int8",
     )
     args = p.parse_args()
-    lines = [s.strip() for s in args.sentences.read_text(encoding="utf-8").splitlines() if s.strip()]
-    sentences = lines[: args.count]
-    texts = whole_texts(lines[args.count :], 2000, args.texts)
+    if len(args.sentences) not in (1, len(args.model)):
+        p.error(f"--sentences: give it once, or once per --model ({len(args.model)}), not {len(args.sentences)} times")
     print(f"# transduce serve and LibreTranslate {LT_VERSION}, side by side\n")
     print(
         f"`python bench/libretranslate.py {' '.join(sys.argv[1:])}`; {machine()}; {time.strftime('%Y-%m-%d')}; "
-        f"commit {revision()}; {len(sentences)} sentences, {len(texts)} texts of about 2,000 characters; "
-        f"{args.rounds} rounds, medians; beam 4 and length penalty {LT_LENGTH_PENALTY} both; {args.precision}.\n"
+        f"commit {revision()}; {args.rounds} rounds, medians; beam 4 and length penalty {LT_LENGTH_PENALTY} both; "
+        f"{args.precision}.\n"
     )
-    for spec in args.model:
+    for spec, source in zip(
+        args.model, args.sentences * len(args.model) if len(args.sentences) == 1 else args.sentences
+    ):
+        lines = [s.strip() for s in source.read_text(encoding="utf-8").splitlines() if s.strip()]
+        sentences = lines[: args.count]
+        texts = whole_texts(lines[args.count :], 2000, args.texts)
         name, _, directory = spec.partition("=")
         model = Path(directory)
         meta = json.loads(
@@ -396,6 +406,7 @@ def main() -> None:
             loads, results, outputs, memory, starts = measure(servers, sentences, texts, pair, args.rounds, work)
             names = [s.name for s in servers]
             print(f"## {name} model ({model}), {where}\n")
+            print(f"{len(sentences)} sentences of {source}, {len(texts)} texts of about 2,000 characters from it.\n")
             print("Requests/s (p50 latency); whole texts in characters/s; ratios against LibreTranslate at its best.\n")
             print("\n".join(table(loads, results, names, "LibreTranslate, best", memory, starts)))
             print(f"\nOutputs: {agreement(outputs, 'transduce', 'LibreTranslate, best')}.\n", flush=True)
