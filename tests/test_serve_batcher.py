@@ -186,3 +186,71 @@ def test_a_worker_is_free_before_its_requests_are_answered():
         finally:
             b.stop()
     assert seen == [0, 0]
+
+
+def test_a_lone_batch_gets_every_core_and_company_gets_one_each():
+    """set_threads is called on the worker's own thread before each batch: lone_threads for a batch that starts
+    with no other batch running or queued, threads otherwise; worker processes are never given it."""
+    calls, lock = [], threading.Lock()
+
+    def set_threads(n):
+        with lock:
+            calls.append((threading.current_thread().name, n))
+
+    rec = Recorder(delay=0.3)
+    b = running(Batcher(rec, wait_s=0.0, workers=2, threads=1, lone_threads=2, set_threads=set_threads))
+    try:
+        assert b.submit(job(["alone"])).result(timeout=5) == ["ALONE"]
+        assert calls == [(rec.calls[0][0], 2)]  # the worker that decoded it, with both threads
+        first = b.submit(job(["first"]))
+        while b.stats.max_parallel < 1 or len(calls) < 2:
+            time.sleep(0.001)
+        second = b.submit(job(["second"]))  # the other worker is busy: one thread
+        assert first.result(timeout=5) == ["FIRST"] and second.result(timeout=5) == ["SECOND"]
+    finally:
+        b.stop()
+    assert [n for _, n in calls] == [2, 2, 1]
+    assert {name for name, _ in calls[1:]} == {"transduce-worker-0", "transduce-worker-1"}
+    assert b.stats.lone_batches == 2
+
+
+class Process(Recorder):
+    def stop(self):  # a worker process (serve/replicas.py) has start and stop
+        pass
+
+    def start(self):
+        pass
+
+
+def test_worker_processes_and_equal_thread_counts_never_set_threads():
+    calls = []
+    for runners, threads, lone in (([Process(), Process()], 1, 2), (Recorder(), 1, 1)):
+        b = running(Batcher(runners, workers=2, threads=threads, lone_threads=lone, set_threads=calls.append))
+        try:
+            assert b.submit(job(["a"])).result(timeout=5) == ["A"]
+        finally:
+            b.stop()
+    assert calls == []
+    with pytest.raises(ValueError, match="lone_threads"):
+        Batcher(Recorder(), lone_threads=0)
+
+
+def test_lone_threads_every_core_for_wide_models_only():
+    """service.lone_threads: --lone-threads when given; else all the workers' threads from d_model 512 on
+    (measured faster there one sentence at a time), one worker's below (measured slower), and one worker's
+    for the Python step, whose bits may depend on its threads."""
+    from types import SimpleNamespace
+
+    from transduce.fastpaths import Choice, FastPaths
+    from transduce.serve.service import Settings, lone_threads
+
+    def translator(width, decoder="int8-native"):
+        return SimpleNamespace(config=SimpleNamespace(d_model=width), fast_paths=FastPaths(decoder=Choice(decoder, "")))
+
+    assert lone_threads(Settings(), 2, translator(512)) == 2
+    assert lone_threads(Settings(), 2, translator(512, "fp32-native")) == 2
+    assert lone_threads(Settings(threads=2), 2, translator(1024)) == 4
+    assert lone_threads(Settings(), 2, translator(128)) == 1
+    assert lone_threads(Settings(), 2, translator(512, "fp32")) == 1
+    assert lone_threads(Settings(), 2, object()) == 1  # nothing to read: no change
+    assert lone_threads(Settings(lone_threads=3), 2, translator(128)) == 3

@@ -13,6 +13,13 @@ it all and leaving it idle. A request is answered when the last of its sentences
 No idle wait: a worker that finds the queue holding only the request it takes starts at once. A batching
 window ``wait_s`` (none by default) applies only when other requests are queued, to let a batch gather company.
 
+No idle core: a thread worker that starts a batch while no other worker is decoding and nothing else is
+queued decodes it with ``lone_threads`` intra-op threads (``service.lone_threads`` chooses them: every core
+for wide models) through ``set_threads``, and any other batch with ``threads``. The thread count is set on
+the worker's own thread before each batch (OpenMP's thread count belongs to the thread that sets it), and
+the C++ step's results do not depend on it, so a lone sentence is answered sooner with the same words.
+Worker processes keep theirs.
+
 Decoding releases Python's GIL in the C++ step (``backends/native_step.cpp``), so thread workers run in
 parallel between the Python parts of a step, and process workers wholly; each runs torch with the intra-op
 threads the server was given (one by default, one worker per core). Jobs that record attention (``exclusive``: word alignments for HTML, the page's attention) set state
@@ -73,13 +80,16 @@ class Stats:
     batches: int = 0
     max_requests_in_batch: int = 0
     max_parallel: int = 0  # the most workers that decoded at once
+    lone_batches: int = 0  # batches decoded with ``lone_threads`` threads
 
 
 class Batcher:
     """``submit`` jobs from any thread; ``translate(sentences, sources, key) -> list`` runs on the workers
     (``sources``: the jobs' encoded sentences, concatenated as the sentences are). ``translate`` is one
     function all workers call, or a list of them, one per worker (then ``workers`` is its length): worker
-    processes (:class:`~transduce.serve.replicas.Replica`), which ``start`` and ``stop`` start and stop."""
+    processes (:class:`~transduce.serve.replicas.Replica`), which ``start`` and ``stop`` start and stop.
+    ``set_threads(n)`` sets the calling thread's intra-op threads (``torch.set_num_threads``); with it, a thread
+    worker decodes a lone batch with ``lone_threads`` and the others with ``threads``."""
 
     def __init__(
         self,
@@ -89,6 +99,9 @@ class Batcher:
         max_requests: int = 64,
         on_batch=None,
         workers: int = 1,
+        threads: int = 1,
+        lone_threads: int = 1,
+        set_threads=None,
     ):
         if isinstance(translate, (list, tuple)):
             self.runners, workers = list(translate), len(translate)
@@ -98,6 +111,9 @@ class Batcher:
             raise ValueError(f"workers must be at least 1, got {workers}")
         self.wait_s, self.on_batch = wait_s, on_batch  # on_batch(requests, sentences)
         self.batch_tokens, self.max_requests, self.workers = batch_tokens, max_requests, workers
+        if threads < 1 or lone_threads < 1:
+            raise ValueError(f"threads and lone_threads must be at least 1, got {threads} and {lone_threads}")
+        self.threads, self.lone_threads, self.set_threads = threads, lone_threads, set_threads
         self.stats = Stats()
         self._jobs: deque[Job] = deque()
         self._cv = threading.Condition()
@@ -209,9 +225,10 @@ class Batcher:
                 break
         return slices, tokens
 
-    def _next(self) -> tuple[list[Slice], int] | None:
-        """The next batch and its source tokens (counted as being decoded until :meth:`_work` frees them);
-        None once stopped with nothing queued."""
+    def _next(self) -> tuple[list[Slice], int, bool] | None:
+        """The next batch, its source tokens (counted as being decoded until :meth:`_work` frees them) and
+        whether it is alone (no other batch being decoded, nothing else queued); None once stopped with
+        nothing queued."""
         with self._cv:
             while True:
                 while not self._ready():
@@ -225,13 +242,14 @@ class Batcher:
                 slices, tokens = self._take()
                 if not slices:
                     continue
+                alone = self._busy == 0 and not self._jobs
                 self._busy += 1
                 self._busy_tokens += tokens
                 self._exclusive = slices[0].job.exclusive
                 self.stats.max_parallel = max(self.stats.max_parallel, self._busy)
                 if self._jobs:
                     self._cv.notify_all()  # another free worker may take the rest
-                return slices, tokens
+                return slices, tokens, alone
 
     def _gather(self) -> None:
         """Wait up to ``wait_s`` while the oldest job's batch is under its budget (the lock is held)."""
@@ -248,11 +266,16 @@ class Batcher:
                 return
 
     def _work(self, worker: int) -> None:
+        runner = self.runners[worker]
+        spread = self.set_threads is not None and self.lone_threads != self.threads and not hasattr(runner, "stop")
         while (batch := self._next()) is not None:
-            slices, tokens = batch
+            slices, tokens, alone = batch
             answers: list[tuple[Job, Any]] = []
             try:
-                answers = self._run(self.runners[worker], slices)
+                if spread:  # a worker process keeps its threads; a thread worker sets its own before each batch
+                    self.set_threads(self.lone_threads if alone else self.threads)
+                    self.stats.lone_batches += alone
+                answers = self._run(runner, slices)
             finally:  # the worker is free before its requests are answered: a client never sees it busy after
                 with self._cv:
                     self._busy -= 1

@@ -77,6 +77,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch intra-op threads of each worker (default 1)",
     )
     parser.add_argument(
+        "--lone-threads",
+        type=int,
+        default=d.lone_threads,
+        help="intra-op threads of a thread worker's batch when no other batch is running or queued (default 0: "
+        "all the workers' threads for models of d_model 512 and wider, where a lone request decodes faster on "
+        "every core; one worker's for narrower ones)",
+    )
+    parser.add_argument(
         "--memory-budget-mb",
         type=float,
         default=0,
@@ -202,7 +210,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     for key, value in vars(s).items():
         if isinstance(value, str):  # worker_kind: argparse's choices
             continue
-        zero = key in ("wait_ms", "char_limit", "workers", "alpha")  # 0: no window, no limit, auto, no penalty
+        zero = key in ("wait_ms", "char_limit", "workers", "lone_threads", "alpha")  # 0: none, none, auto, auto, none
         if value < 0 or (value == 0 and not zero):
             must = "must not be negative" if zero else "must be positive"
             raise ValueError(f"--{key.replace('_', '-')} {must}, got {value}")

@@ -44,6 +44,7 @@ class Settings:
     char_limit: int = 0  # characters per LibreTranslate request, all texts together (0: no limit)
     workers: int = 0  # batches decoded at once (0: cores // threads)
     threads: int = 1  # torch intra-op threads of each worker
+    lone_threads: int = 0  # a thread worker's threads for a batch it decodes alone (0: by the model's width)
     # processes with a model each, or threads sharing one (replicas.worker_kind); `transduce serve`: auto
     worker_kind: str = "thread"
 
@@ -221,7 +222,27 @@ class Service:
         return await self.run(spec, sentences, Translate(search, target_lang), field)
 
 
+# A lone batch spread over the workers' cores pays for its threads' hand-offs only where the matrices are wide:
+# one sentence at a time on 2 AVX2 cores (bench/serve_options.py --clients 1 --variant one='--lone-threads 1'),
+# +15% requests/s at d_model 512 (paper-base) and -17% at 128 (`small`). `--lone-threads` overrides it.
+LONE_THREADS_MIN_WIDTH = 512
+
+
+def lone_threads(settings: Settings, workers: int, translator) -> int:
+    """The intra-op threads of a lone batch: ``--lone-threads``, or all the workers' threads for a model at
+    least ``LONE_THREADS_MIN_WIDTH`` wide decoded by the C++ step (``*-native``: its output does not depend on
+    its threads, so served output still equals offline output), else one worker's."""
+    if settings.lone_threads:
+        return settings.lone_threads
+    decoder = getattr(getattr(translator, "fast_paths", None), "decoder", None)
+    native = decoder is not None and decoder.name.endswith("-native")
+    width = getattr(getattr(translator, "config", None), "d_model", 0)
+    return workers * settings.threads if native and width >= LONE_THREADS_MIN_WIDTH else settings.threads
+
+
 def make_batcher_factory(settings: Settings, metrics):
+    import torch
+
     def make(spec: ModelSpec, translator) -> Batcher:
         def here(sentences, sources, job):
             return run_job(translator, sentences, sources, job)
@@ -238,6 +259,9 @@ def make_batcher_factory(settings: Settings, metrics):
             settings.max_batch_requests,
             on_batch=metrics.on_batch(spec.pair),
             workers=workers,
+            threads=settings.threads,
+            lone_threads=lone_threads(settings, workers, translator),
+            set_threads=torch.set_num_threads,
         )
 
     return make
