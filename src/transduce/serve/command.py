@@ -56,34 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=lt_env("PORT", 8080))
     parser.add_argument("--device", default="cpu")
     add_backend_arguments(parser)
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=d.workers,
-        help="batches decoded at once (default 0: one per --threads of the cores this process may use)",
-    )
-    parser.add_argument(
-        "--worker-kind",
-        choices=KINDS,
-        default="auto",
-        help="process: each worker a process with its own copy of the model (more memory, no shared GIL); "
-        "thread: workers share the server process's copy and Python's GIL; auto (default): processes from "
-        "3 workers on the CPU",
-    )
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=lt_env("THREADS", d.threads),
-        help="torch intra-op threads of each worker (default 1)",
-    )
-    parser.add_argument(
-        "--lone-threads",
-        type=int,
-        default=d.lone_threads,
-        help="intra-op threads of a thread worker's batch when no other batch is running or queued (default 0: "
-        "all the workers' threads for models of d_model 512 and wider, where a lone request decodes faster on "
-        "every core; one worker's for narrower ones)",
-    )
+    _add_workers(parser, d)
     parser.add_argument(
         "--memory-budget-mb",
         type=float,
@@ -130,6 +103,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     search = parser.add_argument_group("search of the LibreTranslate API and the page (α 0: no length penalty)")
     add_search_arguments(search, modes=(), lengths=False)
     _add_limits(parser, d)
+
+
+def _add_workers(parser: argparse.ArgumentParser, d: Settings) -> None:
+    """How many batches are decoded at once, by what kind of worker, on how many threads."""
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=d.workers,
+        help="batches decoded at once (default 0: one per --threads of the cores this process may use)",
+    )
+    parser.add_argument(
+        "--worker-kind",
+        choices=KINDS,
+        default="auto",
+        help="process: each worker a process with its own copy of the model (more memory, no shared GIL); "
+        "thread: workers share the server process's copy and Python's GIL; auto (default): processes from "
+        "3 workers on the CPU",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=lt_env("THREADS", d.threads),
+        help="torch intra-op threads of each worker (default 1)",
+    )
+    parser.add_argument(
+        "--lone-threads",
+        type=int,
+        default=d.lone_threads,
+        help="intra-op threads of a thread worker's batch when no other batch is running or queued (default 0: "
+        "all the workers' threads for models of d_model 512 and wider, where a lone request decodes faster on "
+        "every core; one worker's for narrower ones)",
+    )
 
 
 def _add_suggestions_and_files(parser: argparse.ArgumentParser) -> None:
