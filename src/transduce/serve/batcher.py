@@ -274,7 +274,9 @@ class Batcher:
             try:
                 if spread:  # a worker process keeps its threads; a thread worker sets its own before each batch
                     self.set_threads(self.lone_threads if alone else self.threads)
-                    self.stats.lone_batches += alone
+                    if alone:
+                        with self._cv:
+                            self.stats.lone_batches += 1
                 answers = self._run(runner, slices)
             finally:  # the worker is free before its requests are answered: a client never sees it busy after
                 with self._cv:

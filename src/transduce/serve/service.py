@@ -234,6 +234,7 @@ def lone_threads(settings: Settings, workers: int, translator) -> int:
     its threads, so served output still equals offline output), else one worker's."""
     if settings.lone_threads:
         return settings.lone_threads
+    # read with getattr: a translator may be wrapped (the tests' slow and failing ones) or made by hand (no fast_paths)
     decoder = getattr(getattr(translator, "fast_paths", None), "decoder", None)
     native = decoder is not None and decoder.name.endswith("-native")
     width = getattr(getattr(translator, "config", None), "d_model", 0)
