@@ -38,6 +38,35 @@ def test_round_trip_keeps_every_tensor_and_the_tying(tmp_path, vocabs):
     assert "generator.weight" not in stored and "src_embed.token.weight" in stored  # stored once
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [{"tie_embeddings": "target"}, {"tie_embeddings": "none", "positions": "learned"}, {"output_bias": True}],
+)
+def test_a_loaded_model_is_the_file_built_without_initialising(tmp_path, vocabs, overrides):
+    """load_model_dir builds the model on the meta device and takes the file's tensors: every weight is the
+    saved one, ties stay one parameter, the position table is real, and the model trains like a built one."""
+    model = tiny(vocabs, **overrides)
+    empty = Transformer.empty(model.config)
+    assert all(p.is_meta for p in empty.parameters())
+    save_model_dir(tmp_path / "m", model, vocabs)
+    loaded, _, _ = load_model_dir(tmp_path / "m")
+    assert not any(t.is_meta for t in [*loaded.parameters(), *loaded.buffers()])
+    for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), name
+    for name, buffer in model.named_buffers():  # the non-persistent ones too (the sinusoid table)
+        assert torch.equal(buffer, dict(loaded.named_buffers())[name]), name
+    tied = {"all": 3, "target": 2, "none": 1}[model.config.tie_embeddings]
+    shared = [loaded.src_embed.token.weight, loaded.tgt_embed.token.weight, loaded.generator.weight]
+    assert sum(p is loaded.tgt_embed.token.weight for p in shared) == tied
+    assert len(list(loaded.parameters())) == len(list(model.parameters()))  # one parameter per tied group
+    src = torch.tensor([[5, 6, 7, 2]])
+    loaded.eval(), model.eval()
+    assert torch.equal(loaded(src, src), model(src, src))
+    loaded.train()
+    loaded(src, src).sum().backward()  # a fine-tune can start from it
+    assert all(p.grad is not None for p in loaded.parameters() if p.requires_grad)
+
+
 @pytest.mark.slow
 def test_weights_file_is_byte_identical_across_processes(tmp_path, vocabs):
     """Tied names are resolved in module order, not hash order (PYTHONHASHSEED must not matter)."""

@@ -47,7 +47,8 @@ def tied_groups(model: torch.nn.Module) -> list[list[str]]:
     """State-dict names grouped by the tensor they name (tied weights share a group), in module order."""
     groups: dict[tuple, list[str]] = {}
     for name, tensor in model.state_dict(keep_vars=True).items():
-        groups.setdefault((tensor.data_ptr(), tuple(tensor.shape)), []).append(name)
+        where = id(tensor) if tensor.is_meta else tensor.data_ptr()  # a meta tensor has no address
+        groups.setdefault((where, tuple(tensor.shape)), []).append(name)
     return list(groups.values())
 
 
@@ -61,6 +62,9 @@ def save_weights(model: torch.nn.Module, path: str | Path) -> None:
 
 def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.device = "cpu", fix: str = FIX) -> None:
     """Load :func:`save_weights` output (or any file naming each tied group once) into ``model``.
+
+    A model on the meta device (:meth:`Transformer.empty`) takes the file's tensors themselves, tied names
+    sharing one parameter: nothing is initialised, allocated or copied twice.
 
     Raises :class:`ConfigError` naming the file if it is unreadable (``fix`` says what to do then), or a tensor
     is missing, unexpected or misshapen.
@@ -82,7 +86,27 @@ def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.d
             raise ConfigError(
                 f"{path}: tensor {name!r} has shape {tuple(tensor.shape)}, the config needs {tuple(state[name].shape)}"
             )
-    model.load_state_dict(found, strict=False)
+    if any(p.is_meta for p in model.parameters()):
+        _assign(model, {name: found[group[0]] for group in tied_groups(model) for name in group})
+    else:
+        model.load_state_dict(found, strict=False)
+
+
+def _assign(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Make each of ``model``'s parameters and buffers the tensor of its name; names of one tensor share one
+    ``nn.Parameter``, so ties stay ties."""
+    modules = dict(model.named_modules(remove_duplicate=False))  # a shared module under each of its names
+    made: dict[int, torch.nn.Parameter] = {}
+    for name, tensor in tensors.items():
+        owner, _, leaf = name.rpartition(".")
+        module = modules[owner]
+        if leaf in module._parameters:
+            old = module._parameters[leaf]
+            if id(tensor) not in made:
+                made[id(tensor)] = torch.nn.Parameter(tensor, requires_grad=old.requires_grad)
+            module._parameters[leaf] = made[id(tensor)]
+        else:
+            module._buffers[leaf] = tensor
 
 
 def save_model_dir(
@@ -141,7 +165,7 @@ def load_model_dir(
     weights = directory / WEIGHTS
     if not weights.is_file():
         raise FileNotFoundError(f"{weights}: missing weights")
-    model = Transformer(config)
+    model = Transformer.empty(config)  # every weight comes from the file: none is made first
     load_weights(model, weights)
     return model.to(device).eval(), vocabs, meta
 

@@ -37,7 +37,6 @@ from ..decode.search import TOPK_BLOCK, ids_tensor
 from ..model import Transformer
 from ..model.cache import DecoderCache, LayerCache
 from ..model.transformer import Encoded
-from .precision import for_decoding
 from .spec import LinearSpec, NormSpec, TransformerSpec, spec_of, unsupported, validated
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
@@ -205,8 +204,9 @@ class NativeStep(nn.Module):
     The loop step (``maps`` "int8" or "fp32"): the encoder, the encoder–decoder keys/values, the step and the
     candidate selection run in C++ (``int8_gemm.h`` or ``fp32_gemm.h``, ``int8_step.h``) with weights packed
     (int8: quantised) once from ``model``'s fp32 weights. int8 outputs approximate fp32, as ``--dtype int8``;
-    ``self.model`` (int8: ``for_decoding(model, "int8")``) only serves teacher-forced passes (reference
-    perplexity) and the jobs that read a PyTorch model's attention.
+    ``self.model``, the fp32 model itself (no second, torch-quantised copy to make at load: a second at base
+    size), only serves teacher-forced passes (reference perplexity) and the jobs that read a PyTorch model's
+    attention.
     """
 
     def __init__(self, model: Transformer, ext, maps: str = "aten") -> None:
@@ -222,8 +222,6 @@ class NativeStep(nn.Module):
         self._no_rows = torch.empty(0, dtype=torch.long)
         self.decoder = decoder_of(ext, spec, LINEAR[maps])
         self.encoder = encoder_of(ext, spec, LINEAR[maps]) if loops else None
-        if maps == "int8":
-            model = for_decoding(model, "int8", torch.device("cpu"))
         self.model = model
         emb = model.tgt_embed
         # every step's position encoding, (max_positions, d_model): a row per step instead of a module call

@@ -100,6 +100,14 @@ class Transformer(nn.Module):
         if cfg.tie_embeddings in ("all", "target"):
             self.generator.weight = self.tgt_embed.token.weight  # one tensor (§3.4)
 
+    @classmethod
+    def empty(cls, config: ModelConfig) -> Transformer:
+        """The model with its parameters on the meta device: no memory, no initialisation, for weights that
+        replace every one of them (``modeldir.load_model_dir`` assigns a file's tensors). The fixed position
+        table is real (``SinusoidalPositions``)."""
+        with torch.device("meta"):
+            return cls(config)
+
     @staticmethod
     def _positions(cfg: ModelConfig) -> tuple[nn.Module, nn.Module]:
         if cfg.positions == "learned":
