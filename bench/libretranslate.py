@@ -147,16 +147,20 @@ class Server:
                 pass
         return total
 
-    def rss_mib(self) -> float:
-        total = 0
+    def rss_mib(self) -> tuple[float, float]:
+        """Resident MiB of the server's processes, and of it the anonymous part (not mapped from a file: not
+        the shared libraries, nor weights read as a map of their file, which the kernel can drop and read again)."""
+        total = anon = 0
         for pid in self.pids():
             try:
                 for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1])
+                    elif line.startswith("RssAnon:"):
+                        anon += int(line.split()[1])
             except OSError:
                 pass
-        return total / 1024
+        return total / 1024, anon / 1024
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -328,7 +332,11 @@ def table(loads, results, names: list[str], rival: str, memory, starts) -> list[
                 cell += f", **{rate / statistics.median(results[rival][load].rate):.2f}×**"
             cells.append(cell)
         lines.append(f"| {load} | " + " | ".join(cells) + " |")
-    lines.append("| resident memory (MiB) | " + " | ".join(f"{memory[n]:.0f}" for n in names) + " |")
+    lines.append(
+        "| resident memory, MiB (anonymous) | "
+        + " | ".join(f"{memory[n][0]:.0f} ({memory[n][1]:.0f})" for n in names)
+        + " |"
+    )
     lines.append(
         "| start to first answer (s) | " + " | ".join(f"{statistics.median(starts[n]):.1f}" for n in names) + " |"
     )
