@@ -147,20 +147,21 @@ class Server:
                 pass
         return total
 
-    def rss_mib(self) -> tuple[float, float]:
-        """Resident MiB of the server's processes, and of it the anonymous part (not mapped from a file: not
-        the shared libraries, nor weights read as a map of their file, which the kernel can drop and read again)."""
-        total = anon = 0
+    def rss_mib(self) -> tuple[float, float, float]:
+        """Resident MiB of the server's processes summed: all of it; its anonymous part (not mapped from a file: not
+        the shared libraries, nor weights read as a map of their file, which the kernel can drop and read again);
+        and the proportional set size (a page shared by n processes counts 1/n: what worker processes cost)."""
+        sums = {"VmRSS:": 0, "RssAnon:": 0, "Pss:": 0}
         for pid in self.pids():
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-                    elif line.startswith("RssAnon:"):
-                        anon += int(line.split()[1])
-            except OSError:
-                pass
-        return total / 1024, anon / 1024
+            for name in ("status", "smaps_rollup"):
+                try:
+                    for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+                        key = line.split(maxsplit=1)[0] if line else ""
+                        if key in sums:
+                            sums[key] += int(line.split()[1])
+                except OSError:
+                    pass
+        return sums["VmRSS:"] / 1024, sums["RssAnon:"] / 1024, sums["Pss:"] / 1024
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -333,8 +334,8 @@ def table(loads, results, names: list[str], rival: str, memory, starts) -> list[
             cells.append(cell)
         lines.append(f"| {load} | " + " | ".join(cells) + " |")
     lines.append(
-        "| resident memory, MiB (anonymous) | "
-        + " | ".join(f"{memory[n][0]:.0f} ({memory[n][1]:.0f})" for n in names)
+        "| resident memory, MiB (anonymous; proportional) | "
+        + " | ".join("{:.0f} ({:.0f}; {:.0f})".format(*memory[n]) for n in names)
         + " |"
     )
     lines.append(
