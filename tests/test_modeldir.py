@@ -67,6 +67,18 @@ def test_a_loaded_model_is_the_file_built_without_initialising(tmp_path, vocabs,
     assert all(p.grad is not None for p in loaded.parameters() if p.requires_grad)
 
 
+def test_a_file_in_another_dtype_loads_in_the_models(tmp_path, vocabs):
+    """Weights stored in fp16 (another tool's export) load as the model's fp32, as load_state_dict's copy does."""
+    model = tiny(vocabs)
+    save_model_dir(tmp_path / "m", model, vocabs)
+    path = tmp_path / "m" / "model.safetensors"
+    save_file({k: v.half() for k, v in load_file(str(path)).items()}, str(path))
+    loaded, _, _ = load_model_dir(tmp_path / "m")
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+    assert loaded.generator.weight is loaded.src_embed.token.weight
+    assert torch.equal(loaded.src_embed.token.weight, model.src_embed.token.weight.half().float())
+
+
 @pytest.mark.slow
 def test_weights_file_is_byte_identical_across_processes(tmp_path, vocabs):
     """Tied names are resolved in module order, not hash order (PYTHONHASHSEED must not matter)."""

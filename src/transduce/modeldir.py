@@ -93,8 +93,9 @@ def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.d
 
 
 def _assign(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-    """Make each of ``model``'s parameters and buffers the tensor of its name; names of one tensor share one
-    ``nn.Parameter``, so ties stay ties."""
+    """Make each of ``model``'s parameters and buffers the tensor of its name, in the model's dtype (as
+    ``load_state_dict`` copies a file's fp16 into fp32); names of one tensor share one ``nn.Parameter``, so ties
+    stay ties."""
     modules = dict(model.named_modules(remove_duplicate=False))  # a shared module under each of its names
     made: dict[int, torch.nn.Parameter] = {}
     for name, tensor in tensors.items():
@@ -103,10 +104,10 @@ def _assign(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
         if leaf in module._parameters:
             old = module._parameters[leaf]
             if id(tensor) not in made:
-                made[id(tensor)] = torch.nn.Parameter(tensor, requires_grad=old.requires_grad)
+                made[id(tensor)] = torch.nn.Parameter(tensor.to(old.dtype), requires_grad=old.requires_grad)
             module._parameters[leaf] = made[id(tensor)]
         else:
-            module._buffers[leaf] = tensor
+            module._buffers[leaf] = tensor.to(module._buffers[leaf].dtype)
 
 
 def save_model_dir(
