@@ -72,12 +72,13 @@ def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.d
     tensors = read_safetensors(path, fix, device)
     state = model.state_dict()
     found: dict[str, torch.Tensor] = {}
-    for group in tied_groups(model):
+    groups = tied_groups(model)
+    for group in groups:
         present = [name for name in group if name in tensors]
         if not present:
             raise ConfigError(f"{path}: missing tensor {group[0]!r}")
         found[group[0]] = tensors[present[0]]
-    named = {name for group in tied_groups(model) for name in group}
+    named = {name for group in groups for name in group}
     unexpected = sorted(set(tensors) - named)
     if unexpected:
         raise ConfigError(f"{path}: unexpected tensors {unexpected} (a different model config?)")
@@ -87,7 +88,7 @@ def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.d
                 f"{path}: tensor {name!r} has shape {tuple(tensor.shape)}, the config needs {tuple(state[name].shape)}"
             )
     if any(p.is_meta for p in model.parameters()):
-        _assign(model, {name: found[group[0]] for group in tied_groups(model) for name in group})
+        _assign(model, {name: found[group[0]] for group in groups for name in group})
     else:
         model.load_state_dict(found, strict=False)
 
