@@ -2,7 +2,9 @@
 
 Times ``--steps`` updates after ``--warmup`` untimed ones and prints target tokens per wall-clock second
 and per ``threads`` CPU-seconds (the process's CPU time, a steadier figure on a shared machine);
-``--profile`` prints torch.profiler's table of one update instead.
+``--profile`` prints torch.profiler's table of one update instead; ``--gemm-shapes`` the update's matrix
+products grouped by shape, each with its GFLOP/s against the best 1024³ product in the same process (where an
+update's GEMM time goes, and which shapes run below the peak).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         "throughput that falls from pass to pass is the process slowing down, e.g. its allocator)",
     )
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--gemm-shapes", action="store_true", help="GFLOP/s of each matrix-product shape of one update")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -98,6 +101,9 @@ def main(argv: list[str] | None = None) -> None:
             stepper.update([timed[0]], 100)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
         return
+    if args.gemm_shapes:
+        gemm_shapes(stepper, timed[0], args.dtype)
+        return
     from transduce.allocator import loaded
 
     for number in range(1, args.passes + 1):
@@ -117,6 +123,55 @@ def main(argv: list[str] | None = None) -> None:
             f"malloc={'jemalloc' if loaded() else 'libc'})",
             flush=True,
         )
+
+
+def product_flops(name: str, shapes: list) -> int:
+    """FLOPs of one ``aten::mm`` / ``addmm`` / ``bmm`` / ``baddbmm`` call from its input shapes (0 otherwise)."""
+    first = {"aten::mm": 0, "aten::bmm": 0, "aten::addmm": 1, "aten::baddbmm": 1}.get(name)  # addmm: the sum first
+    if first is None or len(shapes) < first + 2:
+        return 0
+    a, b = shapes[first], shapes[first + 1]  # (M, K) and (K, N), or with a batch dimension first
+    if len(a) not in (2, 3) or len(b) != len(a):
+        return 0
+    batch = a[0] if len(a) == 3 else 1
+    return 2 * batch * a[-2] * a[-1] * b[-1]
+
+
+def gemm_shapes(stepper, batch, dtype: str) -> None:
+    """One update under the profiler with shapes: time and GFLOP/s per product shape, against the peak."""
+    from torch.profiler import ProfilerActivity, profile
+
+    kind = torch.bfloat16 if dtype == "bf16" else torch.float32
+    x = torch.randn(1024, 1024, dtype=kind)
+    peak = 0.0
+    for _ in range(5):  # the best 1024³ product, as BENCHMARKS.md's MFU
+        start = time.perf_counter()
+        x @ x
+        peak = max(peak, 2 * 1024**3 / (time.perf_counter() - start))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        start = time.perf_counter()
+        stepper.update([batch], 100)
+        wall = time.perf_counter() - start
+    rows = []
+    for e in prof.key_averages(group_by_input_shape=True):
+        flops = product_flops(e.key, e.input_shapes)
+        if flops:
+            shapes = " × ".join("x".join(map(str, s)) for s in e.input_shapes if len(s) in (2, 3))  # out= too
+            seconds = e.self_cpu_time_total / 1e6  # the calling thread's time: intra-op threads run inside it
+            rows.append((seconds, e.key.removeprefix("aten::"), shapes, e.count, flops * e.count))
+    rows.sort(reverse=True)
+    total = sum(r[0] for r in rows)
+    print(
+        f"one update: {wall * 1e3:.0f} ms, of which matrix products {total * 1e3:.0f} ms ({total / wall:.0%}); "
+        f"{dtype} peak (best 1024³ product, {torch.get_num_threads()} threads) {peak / 1e9:.0f} GFLOP/s"
+    )
+    print("| op | shapes | calls | ms | GFLOP/s | of peak |")
+    print("|---|---|---|---|---|---|")
+    for seconds, op, shapes, calls, flops in rows:
+        rate = flops / seconds if seconds else 0.0
+        print(f"| {op} | {shapes} | {calls} | {seconds * 1e3:.1f} | {rate / 1e9:.0f} | {rate / peak:.0%} |")
+    all_flops = sum(r[4] for r in rows)
+    print(f"all products: {all_flops / total / 1e9:.0f} GFLOP/s, {all_flops / total / peak:.0%} of peak")
 
 
 if __name__ == "__main__":

@@ -165,6 +165,29 @@ def test_the_training_bench_times_a_preset_with_model_keys_over_it(data_dir, cap
         torch.set_num_threads(threads)
 
 
+def test_the_training_bench_prices_each_product_shape_of_an_update(data_dir, capsys):
+    import train_step as bench
+
+    assert bench.product_flops("aten::mm", [[64, 128], [128, 8000], [64, 8000]]) == 2 * 64 * 128 * 8000
+    assert bench.product_flops("aten::addmm", [[256], [10, 128], [128, 256], [], []]) == 2 * 10 * 128 * 256
+    assert bench.product_flops("aten::bmm", [[8, 5, 4], [8, 4, 3]]) == 2 * 8 * 5 * 4 * 3
+    assert bench.product_flops("aten::add", [[3, 3], [3, 3]]) == 0
+    threads = torch.get_num_threads()
+    try:
+        bench.main(
+            [str(data_dir), "--preset", "tiny", "--dtype", "fp32", "--threads", "1", "--max-tokens", "300"]
+            + ["--warmup", "1", "--gemm-shapes"]
+        )
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if line.startswith("one update:"))
+    assert "of which matrix products" in head and "GFLOP/s" in head
+    rows = [line for line in out.splitlines() if line.startswith("| mm |") or line.startswith("| addmm |")]
+    assert rows, out  # the projection and the layers' products are found with their shapes
+    assert out.splitlines()[-1].startswith("all products:")
+
+
 @pytest.mark.slow
 def test_gpu_script_smoke_on_cpu(data_dir, tmp_path):
     """bench/gpu.py is run only when a GPU is lent: its training part runs here on CPU (tiny, fp32), so the
