@@ -19,7 +19,7 @@ LANG_TGT ?= de
 SEED ?= 1
 LOWERCASE ?= false
 # more `--set SECTION.KEY=VALUE` for `make multi30k`, e.g. ARGS="--set train.max_minutes=30". The recipe is the
-# same in bf16 and fp32 (a CPU without native bf16 makes about half the updates in the hour).
+# same in bf16 and fp32 (a 2-core CPU without native bf16 made 3,810 updates in the hour, against 9,000-10,000 in bf16).
 ARGS ?=
 
 setup: $(STAMP)
