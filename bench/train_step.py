@@ -139,15 +139,10 @@ def product_flops(name: str, shapes: list) -> int:
 
 def gemm_shapes(stepper, batch, dtype: str) -> None:
     """One update under the profiler with shapes: time and GFLOP/s per product shape, against the peak."""
+    from common import gemm_peak
     from torch.profiler import ProfilerActivity, profile
 
-    kind = torch.bfloat16 if dtype == "bf16" else torch.float32
-    x = torch.randn(1024, 1024, dtype=kind)
-    peak = 0.0
-    for _ in range(5):  # the best 1024³ product, as BENCHMARKS.md's MFU
-        start = time.perf_counter()
-        x @ x
-        peak = max(peak, 2 * 1024**3 / (time.perf_counter() - start))
+    peak = gemm_peak(torch.bfloat16 if dtype == "bf16" else torch.float32)  # BENCHMARKS.md's MFU peak
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         start = time.perf_counter()
         stepper.update([batch], 100)

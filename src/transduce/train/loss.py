@@ -79,9 +79,9 @@ class ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     """The pre-softmax projection (§3.4) and the smoothed loss in one: hidden states ``h`` (N, d), the
     projection ``weight`` (V, d), labels ``y`` (N,), matmuls in ``dtype``.
 
-    Each block of ``rows`` logits is made by a small matmul and turned into its gradient while in cache, so
-    the (N, V) logits are never written out; only their gradient is (in ``dtype``), for the two backward
-    matmuls. The loss's scale (``grad_loss``) multiplies the small (N, d) and (V, d) results, not (N, V).
+    Each block of ``rows`` logits is made by one matmul and turned into its gradient in place, row by row, so
+    the (N, V) logits are never kept; only their gradient is (in ``dtype``), for the two backward matmuls
+    (``rows``: :func:`transduce.train.step.loss_block_rows`). The loss's scale (``grad_loss``) multiplies the small (N, d) and (V, d) results, not (N, V).
     """
 
     @staticmethod
