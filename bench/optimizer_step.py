@@ -1,8 +1,8 @@
 """The optimizer step alone, 1 thread: Adam against Muon (train/optim.py) on the small model.
 
 ``python bench/optimizer_step.py``. Random gradients, a tiny learning rate, 10 timed steps after 3 warm-up ones;
-then Muon's Newton-Schulz work by itself, matrix by matrix, stacked by shape, and one rank's half of each stack
-(what each of 2 DDP ranks does), with its FLOP count from the shapes. Pin it to an idle core (``taskset -c 0``).
+then Muon's Newton-Schulz work by itself in fp32 and in bf16, matrix by matrix, stacked by shape, and one rank's
+half of each stack (what each of 2 DDP ranks does), with its FLOP count from the shapes. Pin it to an idle core (``taskset -c 0``).
 """
 
 from collections import defaultdict
@@ -13,7 +13,8 @@ from common import best_ms
 
 from transduce.model import ModelConfig, Transformer
 from transduce.train.config import TrainConfig
-from transduce.train.optim import NS_STEPS, build_optimizer, orthogonalize
+from transduce.train.muon import NS_STEPS, orthogonalize
+from transduce.train.optim import build_optimizer
 
 torch.set_num_threads(1)
 ms = partial(best_ms, calls=10, repeats=1, warmup=3)  # the mean of 10 calls after 3 warm-up ones
@@ -37,6 +38,9 @@ for g in grads:
     by_shape[tuple(g.shape)].append(g)
 stacks = [torch.stack(v) for v in by_shape.values()]
 print(f"Newton-Schulz, {len(grads)} matrices, {flop / 1e9:.2f} GFLOP per update:")
-print(f"  matrix by matrix: {ms(lambda: [orthogonalize(g) for g in grads]):.1f} ms")
-print(f"  stacked by shape: {ms(lambda: [orthogonalize(s) for s in stacks]):.1f} ms")
-print(f"  one rank's half of each stack: {ms(lambda: [orthogonalize(s[: (len(s) + 1) // 2]) for s in stacks]):.1f} ms")
+for dtype in (torch.float32, torch.bfloat16):  # bf16: what train.muon_dtype = "auto" runs in a bf16 run
+    name = str(dtype).removeprefix("torch.")
+    print(f"  {name}, matrix by matrix: {ms(lambda: [orthogonalize(g, dtype=dtype) for g in grads]):.1f} ms")
+    print(f"  {name}, stacked by shape: {ms(lambda: [orthogonalize(s, dtype=dtype) for s in stacks]):.1f} ms")
+    half = ms(lambda: [orthogonalize(s[: (len(s) + 1) // 2], dtype=dtype) for s in stacks])
+    print(f"  {name}, one rank's half of each stack: {half:.1f} ms")

@@ -182,6 +182,24 @@ def test_training_kernels_from_the_config(monkeypatch):
         build(TrainConfig, {"data": "d", "out": "o", "dropout_kernel": "fast"})
 
 
+def test_muons_dtype_follows_the_runs_unless_the_config_names_one():
+    def muon(**keys):
+        choice = for_training(build(TrainConfig, {"data": "d", "out": "o", **keys}), CPU).muon
+        return choice and choice.name
+
+    assert muon() is None and muon(muon_dtype="bf16") is None  # Adam: nothing to choose
+    assert muon(optimizer="muon", dtype="bf16") == "bf16"
+    assert muon(optimizer="muon", dtype="fp32") == "fp32"  # an fp32 run's CPU may emulate bf16
+    assert muon(optimizer="muon", dtype="fp32", muon_dtype="bf16") == "bf16"
+    assert muon(optimizer="muon", dtype="bf16", muon_dtype="fp32") == "fp32"
+    assert (
+        "muon=bf16 (auto in a bf16 run"
+        in for_training(build(TrainConfig, {"data": "d", "out": "o", "optimizer": "muon", "dtype": "bf16"}), CPU).line()
+    )
+    with pytest.raises(ConfigError, match="muon_dtype"):
+        build(TrainConfig, {"data": "d", "out": "o", "muon_dtype": "fp16"})
+
+
 def test_auto_never_picks_a_backend_measured_slower_here(model_dir, monkeypatch):
     """Speed counts only as measured on this machine: slower or unmeasured here, auto stays on fp32 arithmetic."""
     from transduce.backends import native

@@ -83,6 +83,30 @@ def test_orthogonalize_flattens_the_singular_values_in_fp32():
     assert torch.nn.functional.cosine_similarity((u @ vh).flatten(), out.flatten(), dim=0) > 0.95
 
 
+def test_orthogonalize_in_bf16_is_the_fp32_result_within_bf16s_error():
+    g = torch.Generator().manual_seed(2)
+    stack = torch.randn(3, 384, 128, generator=g)  # tall: iterated on the transpose
+    exact, fast = orthogonalize(stack), orthogonalize(stack, dtype=torch.bfloat16)
+    assert fast.dtype == torch.float32 and fast.shape == stack.shape
+    assert (fast - exact).norm() < 0.03 * exact.norm()
+    assert not torch.equal(fast, exact)  # bf16 arithmetic ran, not fp32
+
+
+def test_muon_runs_its_iterations_in_the_dtype_it_is_given(monkeypatch):
+    from transduce.train import muon
+
+    seen, real = [], muon.orthogonalize
+    monkeypatch.setattr(muon, "orthogonalize", lambda u, dtype: seen.append(dtype) or real(u, dtype=dtype))
+    for dtype, name in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+        model = tiny_model()
+        fake_grads(model, 0)
+        opt = build_optimizer(model.named_parameters(), TrainConfig(data="d", out="o", optimizer="muon"), None, name)
+        set_lr(opt, 0.003)
+        opt.step()
+        assert seen and set(seen) == {dtype}, name
+        seen.clear()
+
+
 def test_stacks_by_shape_give_each_matrix_its_own_result():
     g = torch.Generator().manual_seed(1)
     updates = [torch.randn(shape, generator=g) for shape in [(384, 128), (128, 128), (384, 128), (128, 256)]]

@@ -67,6 +67,9 @@ class TrainConfig:
     # "native" = that or an error, "tensor" = the tensor ops (the readable reference)
     loss_kernel: Literal["auto", "native", "tensor"] = "auto"
     dropout_kernel: Literal["auto", "native", "tensor"] = "auto"
+    # Muon's Newton-Schulz iterations: "auto" = the run's dtype (bf16 in a bf16 run, as torch's Muon; fp32 in an
+    # fp32 run, whose CPU may emulate bf16 ~20x slower), or "fp32" / "bf16"
+    muon_dtype: Literal["auto", "fp32", "bf16"] = "auto"
     # fine-tuning (train/init.py): start from this model directory's weights (its shape and vocabulary too), and
     # keep the listed parts ("embeddings", "encoder", "decoder") as they are; optimizer and schedule start fresh
     init_from: str | None = None

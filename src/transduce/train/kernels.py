@@ -1,7 +1,7 @@
 """Which kernel runs each hot part of training, chosen from ``[train]``'s kernel keys and the hardware.
 
 :func:`for_training` gives the trainer its :class:`~transduce.fastpaths.FastPaths` (attention, loss, dropout,
-allocator), each choice with its reason, logged in one line at the start of the run.
+Muon's dtype, allocator), each choice with its reason, logged in one line at the start of the run.
 """
 
 from __future__ import annotations
@@ -49,9 +49,22 @@ def attention_choice(name: str, device) -> Choice:
     return Choice("default", f"auto on {device.type}: PyTorch's SDPA choice")
 
 
+def muon_choice(name: str, dtype: str) -> Choice:
+    """The dtype of Muon's Newton-Schulz iterations for ``train.muon_dtype`` = ``name`` in a run of ``dtype``
+    (resolved: "fp32", "bf16" or "fp16"). "auto": bf16 in a bf16 run, where the device computes it natively
+    (on one core of an Intel Xeon with AMX 22 against 36 ms per ``small`` update, bench/optimizer_step.py),
+    and fp32 otherwise: a CPU that trains in fp32 may emulate bf16, and fp16's range is too narrow for it."""
+    if name != "auto":
+        return Choice(name, f"train.muon_dtype = '{name}'")
+    if dtype == "bf16":
+        return Choice("bf16", "auto in a bf16 run: the Newton-Schulz iterations in bf16, as torch's Muon")
+    return Choice("fp32", f"auto in a {dtype} run")
+
+
 def for_training(cfg: Any, device) -> FastPaths:
     """The kernels a training run uses, from ``cfg``'s ``attention_kernel``, ``loss_kernel``,
-    ``dropout_kernel`` and ``fast_dropout`` and the device."""
+    ``dropout_kernel``, ``fast_dropout``, ``optimizer``, ``muon_dtype`` and ``dtype`` (resolved) and the
+    device."""
     attention = attention_choice(cfg.attention_kernel, device)
     loss = _native_kernel("loss_kernel", cfg.loss_kernel, device, native_loss.extension, "loss")
     if not cfg.fast_dropout:
@@ -61,4 +74,5 @@ def for_training(cfg: Any, device) -> FastPaths:
     else:
         drop = _native_kernel("dropout_kernel", cfg.dropout_kernel, device, dropout_.extension, "dropout")
     simd = simd_choice() if "native" in (loss.name, drop.name) else None
-    return FastPaths(attention=attention, loss=loss, dropout=drop, allocator=allocator_choice(), simd=simd)
+    muon = muon_choice(cfg.muon_dtype, cfg.dtype) if cfg.optimizer == "muon" else None
+    return FastPaths(attention=attention, loss=loss, dropout=drop, muon=muon, allocator=allocator_choice(), simd=simd)

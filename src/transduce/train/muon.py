@@ -7,10 +7,13 @@ semi-orthogonal matrix (Newton-Schulz iterations), so every direction of the upd
 The update is scaled as ``torch.optim.Muon``'s ``match_rms_adamw`` does (Liu et al., 2025, "Muon is Scalable
 for LLM Training"): its RMS is that of AdamW's, so one learning rate and one schedule drive both halves.
 The step is torch's Muon step but for one thing: torch runs the Newton-Schulz iterations in bf16, which a
-CPU without native bf16 (AVX2) emulates about 20x slower; :func:`orthogonalize` runs them in fp32. For
-the ``small`` model that is 4.28 GFLOP per update, about 100 ms on one CPU core (bench/optimizer_step.py). So that it
-falls with more processes, the matrices are stacked by shape and each rank orthogonalizes a share of every stack
-(:func:`orthogonalize_shared`), as modded-nanogpt's distributed Muon does.
+CPU without native bf16 (AVX2) emulates about 20x slower; :func:`orthogonalize` runs them in the dtype it is
+given, which :func:`transduce.train.kernels.muon_choice` picks: the run's own (bf16 where training autocasts to
+bf16, as torch's Muon; fp32 in an fp32 run). For the ``small`` model that is 4.28 GFLOP per update: on one core
+of an Intel Xeon with AMX 36 ms in fp32 and 22 ms in bf16, one rank's half of it 25 and 12 ms
+(bench/optimizer_step.py). So that it falls with more processes, the matrices are stacked by shape and each
+rank orthogonalizes a share of every stack (:func:`orthogonalize_shared`), as modded-nanogpt's distributed
+Muon does.
 
 Both halves are one ``torch.optim.Optimizer``, :class:`MuonAdamW`, so the schedule's ``set_lr``, gradient
 clipping and the checkpoint's optimizer state need no special case: its parameter groups *are* the inner
@@ -29,23 +32,33 @@ NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # the quintic of Jordan et al. (tor
 NS_STEPS = 5
 
 
-def orthogonalize(update: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-7) -> torch.Tensor:
+def orthogonalize(
+    update: torch.Tensor, steps: int = NS_STEPS, eps: float = 1e-7, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """About ``U V^T`` for each ``U S V^T`` in ``update`` (singular values pushed into roughly [0.7, 1.2]) by
-    Newton-Schulz iterations, in fp32. ``update``: (..., A, B) -> (..., A, B), a stack of matrices at once."""
+    Newton-Schulz iterations in ``dtype`` (the norm taken in fp32 first). ``update``: (..., A, B) -> (..., A, B),
+    a stack of matrices at once. Each iteration is X <- a X + (b G + c G²) X with G = X Xᵀ, written as two
+    fused multiply-adds (``baddbmm``: in bf16 the separate scalings and sums cost a third of the time)."""
     a, b, c = NS_COEFFICIENTS
     x = update.float()
     tall = x.shape[-2] > x.shape[-1]
     if tall:
         x = x.mT  # (..., min, max): the Gram matrix below is the small one
     x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)  # spectral norm <= Frobenius norm = 1
+    shape = x.shape
+    x = x.to(dtype).reshape(-1, *shape[-2:])  # (n, min, max): one batch of matrices
     for _ in range(steps):
-        gram = x @ x.mT  # (..., min, min)
-        x = a * x + (b * gram + c * gram @ gram) @ x
+        gram = x @ x.mT  # (n, min, min)
+        poly = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b G + c G²
+        x = torch.baddbmm(x, poly, x, beta=a)  # a X + (b G + c G²) X
+    x = x.reshape(shape)
     return (x.mT if tall else x).to(update.dtype)
 
 
-def orthogonalize_shared(updates: list[torch.Tensor], ctx: Dist) -> list[torch.Tensor]:
-    """:func:`orthogonalize` every matrix of ``updates``, the work split over ``ctx``'s ranks.
+def orthogonalize_shared(
+    updates: list[torch.Tensor], ctx: Dist, dtype: torch.dtype = torch.float32
+) -> list[torch.Tensor]:
+    """:func:`orthogonalize` every matrix of ``updates`` in ``dtype``, the work split over ``ctx``'s ranks.
 
     Every rank holds the same ``updates`` (the gradients are all-reduced). Matrices of one shape are
     stacked, each rank orthogonalizes its slice of every stack, and one all-gather gives every rank all
@@ -59,7 +72,7 @@ def orthogonalize_shared(updates: list[torch.Tensor], ctx: Dist) -> list[torch.T
         per_rank = -(-len(indices) // world)
         stack = torch.stack([updates[i] for i in indices])  # (n, A, B)
         stack = torch.cat([stack, stack.new_zeros(per_rank * world - len(indices), *shape)])  # (world·per_rank, A, B)
-        mine.append(orthogonalize(stack[rank * per_rank : (rank + 1) * per_rank]))  # (per_rank, A, B)
+        mine.append(orthogonalize(stack[rank * per_rank : (rank + 1) * per_rank], dtype=dtype))  # (per_rank, A, B)
     if world > 1:
         flat = torch.cat([m.flatten() for m in mine])
         gathered = [torch.empty_like(flat) for _ in range(world)]
@@ -92,6 +105,7 @@ class MuonAdamW(torch.optim.Optimizer):
         weight_decay: float,
         momentum: float = MUON_MOMENTUM,
         ctx: Dist | None = None,
+        ns_dtype: torch.dtype = torch.float32,
     ):
         if not muon_params:
             raise ValueError("Muon has no matrices to update: the model has no encoder or decoder layers")
@@ -105,6 +119,7 @@ class MuonAdamW(torch.optim.Optimizer):
         adam_group = {"params": list(adam_params), "kind": "adamw"}
         super().__init__([muon_group, adam_group], defaults={})
         self.ctx = ctx or Dist()  # ranks that share the Newton-Schulz work
+        self.ns_dtype = ns_dtype  # the Newton-Schulz iterations' dtype (kernels.muon_choice)
         self.adamw = torch.optim.AdamW(
             [adam_group], lr=0.0, betas=tuple(betas), eps=eps, weight_decay=weight_decay, fused=True
         )
@@ -136,7 +151,7 @@ class MuonAdamW(torch.optim.Optimizer):
                 buf = state["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - momentum)
                 nesterov.append(p.grad.lerp(buf, momentum))
-            for p, update in zip(params, orthogonalize_shared(nesterov, self.ctx)):
+            for p, update in zip(params, orthogonalize_shared(nesterov, self.ctx, self.ns_dtype)):
                 p.mul_(1 - lr * decay)
                 p.add_(update, alpha=-lr * 0.2 * max(p.shape) ** 0.5)  # AdamW's RMS (match_rms_adamw)
         self.adamw.step()

@@ -18,15 +18,28 @@ from .muon import MuonAdamW, muon_parameter
 
 
 def build_optimizer(
-    named_params: Iterable[tuple[str, nn.Parameter]], cfg: TrainConfig, ctx: Dist | None = None
+    named_params: Iterable[tuple[str, nn.Parameter]],
+    cfg: TrainConfig,
+    ctx: Dist | None = None,
+    muon_dtype: str = "fp32",
 ) -> torch.optim.Optimizer:
     """``cfg.optimizer``'s optimiser over ``named_params``, learning rate 0 (the schedule sets it); ``ctx``:
-    the ranks of data-parallel training, which share Muon's work."""
+    the ranks of data-parallel training, which share Muon's work; ``muon_dtype``: "fp32" or "bf16", the dtype of
+    Muon's Newton-Schulz iterations (:func:`transduce.train.kernels.muon_choice`)."""
     named = list(named_params)
     if cfg.optimizer == "muon":
         muon = [p for n, p in named if muon_parameter(n, p)]
         adam = [p for n, p in named if not muon_parameter(n, p)]
-        return MuonAdamW(muon, adam, betas=cfg.adam_betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay, ctx=ctx)
+        ns_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[muon_dtype]
+        return MuonAdamW(
+            muon,
+            adam,
+            betas=cfg.adam_betas,
+            eps=cfg.adam_eps,
+            weight_decay=cfg.weight_decay,
+            ctx=ctx,
+            ns_dtype=ns_dtype,
+        )
     # AdamW: weight decay decoupled from the gradient (Loshchilov & Hutter, 2019), as fairseq's --weight-decay
     return torch.optim.AdamW(
         [p for _, p in named],

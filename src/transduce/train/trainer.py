@@ -116,7 +116,10 @@ class Trainer:
             use_fast_dropout(self.model, native=self.fast.dropout.name == "native")
         self.model.train()
         self.optimizer = build_optimizer(
-            [np for np in self.model.named_parameters() if np[1].requires_grad], cfg, self.ctx
+            [np for np in self.model.named_parameters() if np[1].requires_grad],
+            cfg,
+            self.ctx,
+            self.fast.muon.name if self.fast.muon else "fp32",
         )  # train.freeze's parameters stay as they are
         # the moving average lives on rank 0, which alone writes checkpoints (every rank has the same weights)
         self.ema = (
