@@ -131,8 +131,14 @@ def test_exported_package_installs_and_translates_in_argostranslate(fitted, sent
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["installed"] == [["en", "fr", "1.0"]]
     assert (home / "packages" / folder / "metadata.json").is_file()
-    ours = [vocabs.tgt.decode(greedy(model, vocabs.src.encode(s), 256)) for s in sentences]
-    assert result["translations"] == ours
+    # transduce stops at the model's max_positions; CTranslate2 computes the sinusoid past it, so a tiny model that
+    # repeats itself to the limit (as this one does on some CPUs' arithmetic) must agree up to it
+    limit = model.config.max_positions
+    ours = [greedy(model, vocabs.src.encode(s), limit) for s in sentences]
+    for theirs, ids, source in zip(result["translations"], ours, sentences):
+        mine = vocabs.tgt.decode(ids)
+        assert theirs == mine if len(ids) < limit else theirs.startswith(mine), source
+    assert sum(len(ids) < limit for ids in ours) >= len(sentences) - 2  # most end before the limit
 
 
 def test_export_refuses_what_argos_cannot_run(fitted, tmp_path):
