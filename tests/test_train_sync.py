@@ -12,7 +12,7 @@ by nature and are left out of the count.
 
 The trainer counts updates late, so it must not change them: a run with ``log_every = 1`` (nothing deferred)
 and one with ``log_every = 4`` end with the same weights, optimizer state and moving average, non-finite
-updates included (the fused optimizer skips them on the device).
+updates included (the fused AdamW and Muon skip them on the device).
 """
 
 from __future__ import annotations
@@ -114,12 +114,14 @@ class Reads:
         return paused
 
 
-def test_only_log_lines_wait_for_the_device(data_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("optimizer", ["adam", "muon"])
+def test_only_log_lines_wait_for_the_device(data_dir, tmp_path, monkeypatch, optimizer):
     n, every = 12, 4
     config = write_config(
         tmp_path / "c.toml",
         data_dir,
         tmp_path / "run",
+        optimizer=optimizer,  # both skip a non-finite update on the device (found_inf)
         dtype="fp32",
         max_steps=n,
         log_every=every,
@@ -164,8 +166,9 @@ def nan_on(attempts: set[int], monkeypatch) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["adam", "muon"])
 @pytest.mark.parametrize("nonfinite", [set(), {3, 4, 9}], ids=["finite", "some non-finite"])
-def test_reading_updates_late_changes_nothing(data_dir, tmp_path, monkeypatch, nonfinite):
+def test_reading_updates_late_changes_nothing(data_dir, tmp_path, monkeypatch, nonfinite, optimizer):
     runs = {}
     for every in (1, 4):
         with monkeypatch.context() as patch:
@@ -175,6 +178,7 @@ def test_reading_updates_late_changes_nothing(data_dir, tmp_path, monkeypatch, n
                 tmp_path / f"{every}.toml",
                 data_dir,
                 out,
+                optimizer=optimizer,
                 dtype="fp32",
                 max_steps=9,
                 log_every=every,

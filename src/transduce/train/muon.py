@@ -134,10 +134,20 @@ class MuonAdamW(torch.optim.Optimizer):
         super().load_state_dict(state_dict)
         self._share()
 
+    # Stepper sets ``found_inf`` (a 1-element float tensor, 1 = the loss was not finite) before ``step`` and the
+    # update is skipped on the device, as the fused AdamW does: the host need not read the flag first
+    _step_supports_amp_scaling = True
+
     @torch.no_grad()
     def step(self, closure=None):
         if closure is not None:
             raise ValueError("MuonAdamW.step takes no closure")
+        found_inf = getattr(self, "found_inf", None)
+        skip = None if found_inf is None else found_inf.bool()  # (1,) or (): broadcast over every tensor
+
+        def assign(old: torch.Tensor, new: torch.Tensor) -> None:  # old <- new, unless the update is skipped
+            old.copy_(new if skip is None else torch.where(skip, old, new))
+
         for group in self.param_groups:
             if group["kind"] != "muon":
                 continue
@@ -149,9 +159,14 @@ class MuonAdamW(torch.optim.Optimizer):
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(p)
                 buf = state["momentum_buffer"]
-                buf.lerp_(p.grad, 1 - momentum)
+                assign(buf, buf.lerp(p.grad, 1 - momentum))
                 nesterov.append(p.grad.lerp(buf, momentum))
             for p, update in zip(params, orthogonalize_shared(nesterov, self.ctx, self.ns_dtype)):
-                p.mul_(1 - lr * decay)
-                p.add_(update, alpha=-lr * 0.2 * max(p.shape) ** 0.5)  # AdamW's RMS (match_rms_adamw)
-        self.adamw.step()
+                scale = -lr * 0.2 * max(p.shape) ** 0.5  # AdamW's RMS (match_rms_adamw)
+                assign(p, p.mul(1 - lr * decay).add_(update, alpha=scale))
+        if found_inf is not None:
+            self.adamw.found_inf = found_inf  # the fused AdamW skips on the device itself
+        try:
+            self.adamw.step()
+        finally:
+            self.adamw.__dict__.pop("found_inf", None)
