@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import REPO, write_config
 
-from transduce.allocator import choose, find_jemalloc, native_bf16_cpu
+from transduce.allocator import MALLOC_CONF, choose, find_jemalloc, native_bf16_cpu, preload_environment
 
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\nprocessor\t: 1\nflags\t\t: fpu sse2 avx avx2 fma\n"
 AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
@@ -18,7 +18,7 @@ ZEN4 = "flags\t\t: fpu avx2 avx512f avx512_bf16\n"
 
 def _train(config, **env):
     full = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("TRANSDUCE_JEMALLOC")},
+        **{k: v for k, v in os.environ.items() if not k.startswith("TRANSDUCE_JEMALLOC") and k != "MALLOC_CONF"},
         "PYTHONPATH": str(REPO / "src"),
         **env,
     }
@@ -50,6 +50,16 @@ def test_jemalloc_is_chosen_only_on_cpus_with_native_bf16_unless_named(tmp_path)
     assert choose({}, AMX)[0] == find_jemalloc({})  # bf16 CPU: the venv's or the system's, where there is one
 
 
+def test_the_preloaded_jemalloc_keeps_freed_pages_unless_the_environment_sets_its_own_options(tmp_path):
+    library = tmp_path / "libjemalloc.so.2"
+    env = preload_environment(library, {"LD_PRELOAD": "/other.so", "PATH": "/bin"})
+    assert env["LD_PRELOAD"] == f"{library}:/other.so" and env["PATH"] == "/bin"
+    assert env["MALLOC_CONF"] == MALLOC_CONF == "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+    assert env["TRANSDUCE_JEMALLOC_TRIED"] == "1"
+    own = preload_environment(library, {"MALLOC_CONF": "narenas:1"})
+    assert own["MALLOC_CONF"] == "narenas:1" and own["LD_PRELOAD"] == str(library)
+
+
 @pytest.mark.slow
 def test_training_runs_under_jemalloc_where_it_is_chosen_and_without_it_when_told(data_dir, tmp_path):
     found = find_jemalloc({})
@@ -62,7 +72,7 @@ def test_training_runs_under_jemalloc_where_it_is_chosen_and_without_it_when_tol
         assert "allocator=malloc (the CPU has no native bf16" in default
     config = write_config(tmp_path / "a.toml", data_dir, tmp_path / "a", max_steps=2)
     out = _train(config, TRANSDUCE_JEMALLOC=str(found))  # named: preloaded on any CPU
-    assert "allocator=jemalloc" in out
+    assert f"allocator=jemalloc (preloaded, MALLOC_CONF='{MALLOC_CONF}')" in out
     if native_bf16_cpu():  # where the default preloads it, TRANSDUCE_JEMALLOC=0 turns it off (elsewhere the
         # default run above is already malloc; test_jemalloc_is_chosen_only_on_cpus_with_native_bf16_unless_named
         # checks the variable's decision)
