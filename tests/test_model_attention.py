@@ -160,6 +160,26 @@ def test_written_out_training_attention_equals_the_kernels():
     assert torch.equal(out, expected)
 
 
+def test_written_out_attention_masks_inside_the_score_product_as_the_reference_masks_after_it():
+    """The written kernel starts its score product from the mask as a bias (``baddbmm``); the reference
+    multiplies and masks after the product. Same output to fp32 rounding, for a padding mask, a causal mask
+    and a mask with some rows empty (their output exactly 0, as the reference's zeroed weights give)."""
+    from transduce.model.attention import attention_reference, attention_written_out
+
+    q, k, v = qkv(T=5, S=6)
+    padding = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    padding[1, ..., 4:] = False
+    causal = torch.ones(5, 6, dtype=torch.bool).tril(1)
+    rows = torch.ones(2, 1, 5, 6, dtype=torch.bool)
+    rows[0, 0, 2] = False  # query 2 of sentence 0 may attend nowhere
+    rows[1, 0, 4] = False
+    for mask in (padding, causal, rows):
+        ours, (reference, _) = attention_written_out(q, k, v, mask), attention_reference(q, k, v, mask)
+        torch.testing.assert_close(ours, reference, atol=1e-6, rtol=1e-5)
+    ours = attention_written_out(q, k, v, rows)
+    assert torch.equal(ours[0, :, 2], torch.zeros_like(ours[0, :, 2])) and ours[0, :, 1].abs().sum() > 0
+
+
 def test_the_written_kernel_is_a_module_setting_and_the_trainer_key_is_checked():
     """The kernel is set on the modules (``use_kernel``), not in process state: another model is unaffected,
     steps keep the reference formula, and ``train.attention_kernel`` names only kernels that exist."""
