@@ -129,10 +129,15 @@ def reexec_with_jemalloc() -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
+def options() -> str:
+    """jemalloc's options in this process, for the run's log: ``MALLOC_CONF='...'``."""
+    return f"MALLOC_CONF={os.environ.get('MALLOC_CONF', '')!r}"
+
+
 def describe() -> str:
     """One line for a run's log: which allocator this process uses."""
     if loaded():
-        return f"allocator: jemalloc (MALLOC_CONF={os.environ.get('MALLOC_CONF', '')!r})"
+        return f"allocator: jemalloc ({options()})"
     library, why = choose()
     if library is not None:
         why = (

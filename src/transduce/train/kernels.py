@@ -6,7 +6,6 @@ Muon's dtype, allocator), each choice with its reason, logged in one line at the
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from .. import allocator
@@ -20,7 +19,7 @@ def allocator_choice() -> Choice:
     """Which allocator this process runs (the training commands re-execute themselves with jemalloc first,
     allocator.py; ``TRANSDUCE_JEMALLOC`` is read there because the choice precedes the process)."""
     if allocator.loaded():
-        return Choice("jemalloc", f"preloaded, MALLOC_CONF={os.environ.get('MALLOC_CONF', '')!r}")
+        return Choice("jemalloc", f"preloaded, {allocator.options()}")
     return Choice("malloc", allocator.describe().partition("(")[2].rstrip(")"))
 
 
