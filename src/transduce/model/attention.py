@@ -141,8 +141,8 @@ def attention_written_out(
             bias = bias.expand(B, h, T_q, T_k).reshape(B * h, T_q, T_k)  # the scores' starting value
             scores = torch.baddbmm(bias, qf, kt, alpha=scale)  # (B·h, T_q, T_k)
     out = _softmax_and_mix(scores.view(B, h, T_q, T_k), v, None, dropout, short_rows=True)[0]  # (B, h, T_q, d_v)
-    # the mask is in the scores already; a row with nothing to attend to attended everywhere (safe); it is zeroed in the output, which is what
-    # zeroing its weights gives, over d_v values instead of T_k and without reading the mask on the host
+    # the mask is in the scores already; a row with nothing to attend to attended everywhere (safe): it is zeroed
+    # in the output, which is what zeroing its weights gives, over d_v values instead of T_k and without a host read
     return out if empty is None else out.masked_fill(empty, 0.0)
 
 
