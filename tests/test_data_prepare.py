@@ -108,7 +108,7 @@ def test_download_path_via_file_url(tmp_path):
 
 
 def make_bible_db(path: Path) -> None:
-    """A tiny database with the wheel's schema: versions 4 (English) and s (German), books 1, 8, 44."""
+    """A tiny database with the wheel's schema: versions 4 and k (English) and s (German), books 1, 8, 44."""
     con = sqlite3.connect(path)
     con.execute(
         "CREATE TABLE bible (id INTEGER NOT NULL, bbName TEXT NOT NULL, bNumber INTEGER NOT NULL, "
@@ -123,6 +123,8 @@ def make_bible_db(path: Path) -> None:
     for book in (1, 8, 44):
         for verse in range(1, 6):
             rows.append(("4", book, 1, verse, f"In the beginning {book} verse {verse}."))
+            if verse != 3:  # k lacks verse 3 of each book
+                rows.append(("k", book, 1, verse, f"In the beginninge {book} verse {verse}."))
             rows.append(("s", book, 1, verse, f"(1:{verse + 1}) Im Anfang {book}  Vers {verse}."))
     rows.append(("4", 1, 2, 1, "Only in English."))  # missing in German
     rows.append(("4", 1, 2, 2, "A Psalm title that German lacks."))
@@ -170,9 +172,31 @@ def test_bible_from_a_tiny_wheel(tmp_path, capsys):
     assert data.split("test").src_text(0) == "In the beginning 44 verse 1."
     assert data.split("test").tgt_text(4) == "Im Anfang 44 Vers 5."  # marker stripped, spaces collapsed
     assert prepare("bible", "--db", db, "--tgt", "l", "--out", tmp_path / "o2") == 2
-    assert "no verses for version 'l'; versions present: 4, s" in capsys.readouterr().err
+    assert "no verses for version 'l'; versions present: 4, k, s" in capsys.readouterr().err
     assert prepare("bible", "--db", db, "--test-books", "8", "--valid-books", "8", "--out", tmp_path / "o3") == 2
     assert "in both the test and the valid split" in capsys.readouterr().err
+
+
+def test_bible_extra_source_versions_add_training_pairs_only(tmp_path, capsys):
+    db = tmp_path / "bible.db"
+    make_bible_db(db)
+    out = tmp_path / "out"
+    argv = ["bible", "--db", db, "--valid-books", "8", "--vocab-size", 80]
+    assert prepare(*argv, "--extra-src", "k", "--out", out) == 0
+    data = PreparedData.open(out)
+    assert data.manifest["versions"] == {"src": "4", "tgt": "s", "extra_src": ["k"]}
+    # train: 5 verses of 4 (+ one missing, one empty in German), then k's 4 verses of book 1 (verse 3 missing)
+    assert [len(data.split(s)) for s in ("train", "valid", "test")] == [9, 5, 5]
+    assert data.manifest["splits"]["train"]["skipped"] == {"missing_verse": 3, "empty_verse": 1}
+    train = data.split("train")
+    assert [train.src_text(i) for i in (0, 5)] == ["In the beginning 1 verse 1.", "In the beginninge 1 verse 1."]
+    assert train.tgt_text(0) == train.tgt_text(5) == "Im Anfang 1 Vers 1."
+    assert all("beginninge" not in data.split(s).src_text(i) for s in ("valid", "test") for i in range(5))
+    capsys.readouterr()
+    assert prepare(*argv, "--extra-src", "s", "--out", tmp_path / "o2") == 2
+    assert "repeats the source, the target" in capsys.readouterr().err
+    assert prepare(*argv, "--extra-src", "l", "--out", tmp_path / "o3") == 2
+    assert "extra source version 'l' is 'fr', not the source's language 'en'" in capsys.readouterr().err
 
 
 @pytest.mark.slow

