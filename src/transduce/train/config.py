@@ -56,6 +56,9 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = None  # torch intra-op threads per process; None = torch's default
     fast_dropout: bool = True  # swap nn.Dropout for the cheaper mask of train/dropout.py
+    # late dropout (train/dropout.py): the model's dropout off until this share of the budget is used, then on;
+    # 0 = on from the start (the paper's)
+    dropout_from: float = 0.0
     # R-Drop (train/rdrop.py): each batch twice under two dropout masks, + alpha x their symmetric KL; 0 = off
     rdrop_alpha: float = 0.0
     # the fast paths (transduce/train/kernels.py; the run's log says which ran and why, in one line).
@@ -127,6 +130,7 @@ class TrainConfig:
         )
         self.adam_betas = [float(b) for b in self.adam_betas]
         check(self.adam_eps > 0, "adam_eps", f"must be positive, got {self.adam_eps}")
+        check(0 <= self.dropout_from < 1, "dropout_from", f"must be in [0, 1) (0 = off), got {self.dropout_from}")
         check(self.weight_decay >= 0, "weight_decay", f"must be non-negative, got {self.weight_decay}")
         check(self.clip_norm >= 0, "clip_norm", f"must be non-negative (0 = off), got {self.clip_norm}")
         check(0 <= self.ema_decay < 1, "ema_decay", f"must be in [0, 1) (0 = off), got {self.ema_decay}")

@@ -46,7 +46,7 @@ from ..modeldir import save_model_dir
 from . import checkpoint as ckpt
 from .config import TrainConfig
 from .distributed import Dist, all_sum, setup, teardown
-from .dropout import use_fast_dropout
+from .dropout import LateDropout, use_fast_dropout
 from .ema import WeightEMA
 from .kernels import for_training
 from .log import RunLog
@@ -115,6 +115,9 @@ class Trainer:
         if cfg.fast_dropout:
             use_fast_dropout(self.model, native=self.fast.dropout.name == "native")
         self.model.train()
+        self.late_dropout = LateDropout(self.model, cfg.dropout_from) if cfg.dropout_from > 0 else None
+        if self.late_dropout is not None and not any(rate > 0 for *_, rate in self.late_dropout.rates):
+            raise ValueError("key 'dropout_from': the model has no dropout to turn on (set model.dropout > 0)")
         self.optimizer = build_optimizer(
             [np for np in self.model.named_parameters() if np[1].requires_grad],
             cfg,
@@ -274,6 +277,8 @@ class Trainer:
                         self._settle(pending, log, start)
                     self.stop_reason = f"max_epochs={cfg.max_epochs} reached"
                     break
+                if self.late_dropout is not None and self.late_dropout(self.progress()) and self.ctx.is_main:
+                    print(f"dropout on from update {self.step + 1} (train.dropout_from = {cfg.dropout_from})")
                 # forward, the training objective and backward (§5.4), queued on the device
                 accumulated = self.stepper.accumulate(batches)
                 if pending is not None:  # the last update's flag, read while this one's work is queued
