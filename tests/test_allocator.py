@@ -54,7 +54,7 @@ def test_the_preloaded_jemalloc_keeps_freed_pages_unless_the_environment_sets_it
     library = tmp_path / "libjemalloc.so.2"
     env = preload_environment(library, {"LD_PRELOAD": "/other.so", "PATH": "/bin"})
     assert env["LD_PRELOAD"] == f"{library}:/other.so" and env["PATH"] == "/bin"
-    assert env["MALLOC_CONF"] == MALLOC_CONF == "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+    assert env["MALLOC_CONF"] == MALLOC_CONF == "dirty_decay_ms:1000,muzzy_decay_ms:-1"
     assert env["TRANSDUCE_JEMALLOC_TRIED"] == "1"
     own = preload_environment(library, {"MALLOC_CONF": "narenas:1"})
     assert own["MALLOC_CONF"] == "narenas:1" and own["LD_PRELOAD"] == str(library)
