@@ -73,16 +73,17 @@ class FastDropout(nn.Module):
 
 class LateDropout:
     """The model's dropout off for the first ``start`` share of the budget, then at its configured rates: late
-    dropout (Liu et al., 2023, "Dropout Reduces Underfitting"). A model with several epochs ahead of it learns
-    fastest without dropout and over-fits only late: this keeps the fast start and regularises the end. Sets
-    ``p`` of every dropout module (:class:`FastDropout` or ``nn.Dropout``: residual, embedding, activation) and
-    the attention modules' ``dropout`` rate; a function of the budget's progress, so a resumed run switches
-    at the same update."""
+    dropout (Liu et al., 2023, "Dropout Reduces Underfitting"), for a model that learns fastest without dropout
+    and over-fits only late (on the demo's 15 minutes it lost: docs/multi30k.md). Sets ``p`` of every dropout
+    module (:class:`FastDropout` or ``nn.Dropout``: residual, embedding, activation) and the attention modules'
+    ``dropout`` rate; a function of the budget's progress, so a resumed run switches at the same update."""
 
     def __init__(self, model: nn.Module, start: float):
         self.start, self.on = start, None
         self.rates = [(m, "p", m.p) for m in model.modules() if isinstance(m, (nn.Dropout, FastDropout))]
         self.rates += [(m, "dropout", m.dropout) for m in model.modules() if isinstance(m, MultiHeadAttention)]
+        if not any(rate > 0 for *_, rate in self.rates):
+            raise ValueError("key 'dropout_from': the model has no dropout to turn on (set model.dropout > 0)")
 
     def __call__(self, progress: float) -> bool:
         """Set the rates for ``progress`` (0-1, the share of the budget used); True when this call turned

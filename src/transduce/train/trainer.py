@@ -116,8 +116,6 @@ class Trainer:
             use_fast_dropout(self.model, native=self.fast.dropout.name == "native")
         self.model.train()
         self.late_dropout = LateDropout(self.model, cfg.dropout_from) if cfg.dropout_from > 0 else None
-        if self.late_dropout is not None and not any(rate > 0 for *_, rate in self.late_dropout.rates):
-            raise ValueError("key 'dropout_from': the model has no dropout to turn on (set model.dropout > 0)")
         self.optimizer = build_optimizer(
             [np for np in self.model.named_parameters() if np[1].requires_grad],
             cfg,
