@@ -147,8 +147,32 @@ def steps(model: Transformer, opt: torch.optim.Optimizer, first: int, last: int)
         opt.step()
 
 
-def test_checkpoint_resume_continues_exactly(tmp_path):
-    cfg = TrainConfig(data="d", out="o", optimizer="muon")
+@pytest.mark.parametrize("optimizer", ["adam", "muon"])
+def test_decay_scope_matrices_leaves_biases_and_norm_gains_alone(optimizer):
+    """With zero gradients only weight decay moves a parameter: under "matrices" every matrix and the
+    embedding shrinks and no bias or norm gain moves; under "all" they all shrink."""
+    for scope in ("all", "matrices"):
+        model = tiny_model()
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        cfg = build(TrainConfig, {"data": "d", "out": "o", "optimizer": optimizer, "weight_decay": 0.5,
+                                  "weight_decay_scope": scope})
+        opt = build_optimizer(model.named_parameters(), cfg)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        set_lr(opt, 0.1)
+        opt.step()
+        for n, p in model.named_parameters():
+            shrunk = before[n] * (1 - 0.1 * 0.5)
+            if p.ndim >= 2 or scope == "all":
+                torch.testing.assert_close(p, shrunk, msg=f"{scope} {n}")
+            else:
+                assert torch.equal(p, before[n]), f"{scope} {n}"
+        assert any(p.ndim == 1 and ".norm" in n for n, p in model.named_parameters())
+
+
+@pytest.mark.parametrize("scope", ["all", "matrices"])
+def test_checkpoint_resume_continues_exactly(tmp_path, scope):
+    cfg = TrainConfig(data="d", out="o", optimizer="muon", weight_decay=0.1, weight_decay_scope=scope)
     straight = tiny_model()
     steps(straight, build_optimizer(straight.named_parameters(), cfg), 0, 3)
 

@@ -46,6 +46,9 @@ class TrainConfig:
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.98])
     adam_eps: float = 1e-9
     weight_decay: float = 0.0  # decoupled (AdamW), as fairseq's --weight-decay; 0 = the paper's Adam
+    # which parameters weight decay pulls to zero: "all" (fairseq's) or "matrices" (weights and the embedding,
+    # not biases and layer-norm gains: nanoGPT's, Hugging Face's)
+    weight_decay_scope: Literal["all", "matrices"] = "all"
     clip_norm: float = 0.0  # 0 = no clipping
     # an exponential moving average of the weights (train/ema.py), written to RUN_DIR/ema-model: w_ema <- decay *
     # w_ema + (1 - decay) * w after each update from ema_start on (absent: the end of warm-up); 0 = off

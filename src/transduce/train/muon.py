@@ -100,6 +100,7 @@ class MuonAdamW(torch.optim.Optimizer):
         muon_params: list[torch.Tensor],
         adam_params: list[torch.Tensor],
         *,
+        adam_no_decay: list[torch.Tensor] = (),
         betas,
         eps: float,
         weight_decay: float,
@@ -116,17 +117,19 @@ class MuonAdamW(torch.optim.Optimizer):
             "momentum": momentum,
             "weight_decay": weight_decay,
         }
-        adam_group = {"params": list(adam_params), "kind": "adamw"}
-        super().__init__([muon_group, adam_group], defaults={})
+        adam_groups = [{"params": list(adam_params), "kind": "adamw"}]
+        if adam_no_decay:  # biases and norm gains under ``weight_decay_scope = "matrices"``
+            adam_groups.append({"params": list(adam_no_decay), "kind": "adamw", "weight_decay": 0.0})
+        super().__init__([muon_group, *adam_groups], defaults={})
         self.ctx = ctx or Dist()  # ranks that share the Newton-Schulz work
         self.ns_dtype = ns_dtype  # the Newton-Schulz iterations' dtype (kernels.muon_choice)
         self.adamw = torch.optim.AdamW(
-            [adam_group], lr=0.0, betas=tuple(betas), eps=eps, weight_decay=weight_decay, fused=True
+            adam_groups, lr=0.0, betas=tuple(betas), eps=eps, weight_decay=weight_decay, fused=True
         )
         self._share()
 
     def _share(self) -> None:
-        """Point the inner AdamW at this one's group and state (again after ``load_state_dict``)."""
+        """Point the inner AdamW at this one's groups and state (again after ``load_state_dict``)."""
         self.adamw.param_groups = [g for g in self.param_groups if g["kind"] == "adamw"]
         self.adamw.state = self.state
 

@@ -17,6 +17,13 @@ from .distributed import Dist
 from .muon import MuonAdamW, muon_parameter
 
 
+def decays(param: torch.Tensor, scope: str) -> bool:
+    """Whether weight decay applies to ``param`` under ``train.weight_decay_scope``: ``all`` (fairseq's
+    ``--weight-decay``) decays every parameter; ``matrices`` (nanoGPT's, Hugging Face's) only the weight
+    matrices and the embedding, not biases and layer-norm gains, whose pull to zero no regulariser wants."""
+    return scope == "all" or param.ndim >= 2
+
+
 def build_optimizer(
     named_params: Iterable[tuple[str, nn.Parameter]],
     cfg: TrainConfig,
@@ -29,11 +36,13 @@ def build_optimizer(
     named = list(named_params)
     if cfg.optimizer == "muon":
         muon = [p for n, p in named if muon_parameter(n, p)]
-        adam = [p for n, p in named if not muon_parameter(n, p)]
+        adam = [p for n, p in named if not muon_parameter(n, p) and decays(p, cfg.weight_decay_scope)]
+        still = [p for n, p in named if not muon_parameter(n, p) and not decays(p, cfg.weight_decay_scope)]
         ns_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[muon_dtype]
         return MuonAdamW(
             muon,
             adam,
+            adam_no_decay=still,
             betas=cfg.adam_betas,
             eps=cfg.adam_eps,
             weight_decay=cfg.weight_decay,
@@ -41,8 +50,12 @@ def build_optimizer(
             ns_dtype=ns_dtype,
         )
     # AdamW: weight decay decoupled from the gradient (Loshchilov & Hutter, 2019), as fairseq's --weight-decay
+    groups = [{"params": [p for _, p in named if decays(p, cfg.weight_decay_scope)]}]
+    still = [p for _, p in named if not decays(p, cfg.weight_decay_scope)]
+    if still:
+        groups.append({"params": still, "weight_decay": 0.0})
     return torch.optim.AdamW(
-        [p for _, p in named],
+        groups,
         lr=0.0,
         betas=tuple(cfg.adam_betas),
         eps=cfg.adam_eps,
