@@ -1,6 +1,7 @@
 """The optimizer step alone, 1 thread: Adam against Muon (train/optim.py) on the small model.
 
-``python bench/optimizer_step.py``. Random gradients, a tiny learning rate, 10 timed steps after 3 warm-up ones;
+``python bench/optimizer_step.py``. Random gradients, a tiny learning rate, 10 timed steps after 3 warm-up ones,
+plain and as the trainer makes them (``found_inf`` set), Muon's iterations in the dtype a training run here picks;
 then Muon's Newton-Schulz work by itself in fp32 and in bf16, matrix by matrix, stacked by shape, and one rank's
 half of each stack (what each of 2 DDP ranks does), with its FLOP count from the shapes. Pin it to an idle core (``taskset -c 0``).
 """
@@ -14,7 +15,9 @@ from common import best_ms
 from transduce.model import ModelConfig, Transformer
 from transduce.train.config import TrainConfig
 from transduce.train.muon import NS_STEPS, orthogonalize
+from transduce.train.kernels import muon_choice
 from transduce.train.optim import build_optimizer
+from transduce.train.step import resolve_dtype
 
 torch.set_num_threads(1)
 ms = partial(best_ms, calls=10, repeats=1, warmup=3)  # the mean of 10 calls after 3 warm-up ones
@@ -22,11 +25,22 @@ ms = partial(best_ms, calls=10, repeats=1, warmup=3)  # the mean of 10 calls aft
 model = Transformer(ModelConfig.preset("small", vocab_size=8000, activation="gelu"))
 for p in model.parameters():
     p.grad = torch.randn_like(p)
+
+
+def flagged(opt: torch.optim.Optimizer) -> None:
+    """The step as the trainer makes it: with ``found_inf`` (0 here), the flag of a non-finite loss."""
+    opt.found_inf = torch.zeros(())
+    opt.step()
+    del opt.found_inf
+
+
 for name in ("adam", "muon"):
-    opt = build_optimizer(model.named_parameters(), TrainConfig(data="d", out="o", optimizer=name))
+    cfg = TrainConfig(data="d", out="o", optimizer=name, weight_decay=0.1)
+    muon_dtype = muon_choice("auto", resolve_dtype("auto", "cpu")[0]).name  # what a training run here picks
+    opt = build_optimizer(model.named_parameters(), cfg, None, muon_dtype)
     for group in opt.param_groups:
         group["lr"] = 1e-6
-    print(f"{name} step: {ms(opt.step):.1f} ms")
+    print(f"{name} step: {ms(opt.step):.1f} ms; as the trainer makes it (found_inf set): {ms(lambda: flagged(opt)):.1f} ms")
 
 grads = [p.grad for group in opt.param_groups if group["kind"] == "muon" for p in group["params"]]
 flop = 0

@@ -71,9 +71,12 @@ def test_one_step_is_torch_muon_on_matrices_and_adamw_elsewhere():
     assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), tiny_model().parameters()))
 
 
-def test_a_flagged_update_changes_nothing_and_an_unflagged_one_is_a_plain_step():
+@pytest.mark.parametrize("host", [True, False], ids=["read-on-host", "masked-on-device"])
+def test_a_flagged_update_changes_nothing_and_an_unflagged_one_is_a_plain_step(monkeypatch, host):
     """found_inf = 1 (the loss was not finite): weights and momentum stay bit for bit, NaN gradients and all;
-    found_inf = 0: the same step as without the flag."""
+    found_inf = 0: the same step as without the flag. Both ways: the flag read on the host (a CPU's) and the
+    update masked on the device (a GPU's, here forced on the CPU)."""
+    monkeypatch.setattr(MuonAdamW, "reads_flag_on_host", staticmethod(lambda flag: host))
     cfg = TrainConfig(data="d", out="o", optimizer="muon", weight_decay=0.1)
     flagged, plain = tiny_model(), tiny_model()
     opts = [build_optimizer(m.named_parameters(), cfg) for m in (flagged, plain)]
