@@ -14,8 +14,8 @@ from common import best_ms
 
 from transduce.model import ModelConfig, Transformer
 from transduce.train.config import TrainConfig
-from transduce.train.muon import NS_STEPS, orthogonalize
 from transduce.train.kernels import muon_choice
+from transduce.train.muon import NS_STEPS, orthogonalize
 from transduce.train.optim import build_optimizer
 from transduce.train.step import resolve_dtype
 
@@ -40,7 +40,9 @@ for name in ("adam", "muon"):
     opt = build_optimizer(model.named_parameters(), cfg, None, muon_dtype)
     for group in opt.param_groups:
         group["lr"] = 1e-6
-    print(f"{name} step: {ms(opt.step):.1f} ms; as the trainer makes it (found_inf set): {ms(lambda: flagged(opt)):.1f} ms")
+    print(
+        f"{name} step: {ms(opt.step):.1f} ms; as the trainer makes it (found_inf set): {ms(lambda: flagged(opt)):.1f} ms"
+    )
 
 grads = [p.grad for group in opt.param_groups if group["kind"] == "muon" for p in group["params"]]
 flop = 0

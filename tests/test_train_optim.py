@@ -157,8 +157,10 @@ def test_decay_scope_matrices_leaves_biases_and_norm_gains_alone(optimizer):
     for scope in ("all", "matrices"):
         model = tiny_model()
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
-        cfg = build(TrainConfig, {"data": "d", "out": "o", "optimizer": optimizer, "weight_decay": 0.5,
-                                  "weight_decay_scope": scope})
+        cfg = build(
+            TrainConfig,
+            {"data": "d", "out": "o", "optimizer": optimizer, "weight_decay": 0.5, "weight_decay_scope": scope},
+        )
         opt = build_optimizer(model.named_parameters(), cfg)
         for p in model.parameters():
             p.grad = torch.zeros_like(p)
