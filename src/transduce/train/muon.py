@@ -169,9 +169,8 @@ class MuonAdamW(torch.optim.Optimizer):
             grads = [p.grad for p in params]
             bufs = [self.state[p].setdefault("momentum_buffer", torch.zeros_like(p)) for p in params]
             scales = [-lr * 0.2 * max(p.shape) ** 0.5 for p in params]  # AdamW's RMS (match_rms_adamw)
-            if (
-                skip is None
-            ):  # the readable form: buf <- lerp(buf, g); p <- p (1 - lr·decay) + scale · orth(lerp(g, buf))
+            # buf <- lerp(buf, g); p <- p (1 - lr·decay) + scale · orth(lerp(g, buf))
+            if skip is None:
                 torch._foreach_lerp_(bufs, grads, 1 - momentum)
                 updates = orthogonalize_shared(torch._foreach_lerp(grads, bufs, momentum), self.ctx, self.ns_dtype)
                 torch._foreach_mul_(params, 1 - lr * decay)
