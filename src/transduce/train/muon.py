@@ -142,7 +142,7 @@ class MuonAdamW(torch.optim.Optimizer):
     # Stepper sets ``found_inf`` (a 1-element float tensor, 1 = the loss was not finite) before ``step``. On a GPU
     # the update is skipped on the device, as the fused AdamW does, so that the host need not wait to read the
     # flag; on a CPU reading it waits for nothing, and a skipped update is simply not made (no masking of
-    # every tensor: 6-7 ms of the demo's 40 ms step, bench/optimizer_step.py)
+    # every tensor; with the foreach updates 2-4 ms of the demo's ~40 ms step: docs/performance.md)
     _step_supports_amp_scaling = True
 
     @staticmethod

@@ -17,11 +17,12 @@ from .distributed import Dist
 from .muon import MuonAdamW, muon_parameter
 
 
-def decays(param: torch.Tensor, scope: str) -> bool:
-    """Whether weight decay applies to ``param`` under ``train.weight_decay_scope``: ``all`` (fairseq's
-    ``--weight-decay``) decays every parameter; ``matrices`` (nanoGPT's, Hugging Face's) only the weight
-    matrices and the embedding, not biases and layer-norm gains, whose pull to zero no regulariser wants."""
-    return scope == "all" or param.ndim >= 2
+def split_by_decay(params: list[torch.Tensor], scope: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """``params`` as (decayed, spared) under ``train.weight_decay_scope``: ``all`` (fairseq's ``--weight-decay``)
+    decays every parameter; ``matrices`` (nanoGPT's, Hugging Face's) only the weight matrices and the embedding,
+    sparing biases and layer-norm gains."""
+    decayed = [p for p in params if scope == "all" or p.ndim >= 2]
+    return decayed, [p for p in params if not any(p is q for q in decayed)]
 
 
 def build_optimizer(
@@ -36,8 +37,7 @@ def build_optimizer(
     named = list(named_params)
     if cfg.optimizer == "muon":
         muon = [p for n, p in named if muon_parameter(n, p)]
-        adam = [p for n, p in named if not muon_parameter(n, p) and decays(p, cfg.weight_decay_scope)]
-        still = [p for n, p in named if not muon_parameter(n, p) and not decays(p, cfg.weight_decay_scope)]
+        adam, still = split_by_decay([p for n, p in named if not muon_parameter(n, p)], cfg.weight_decay_scope)
         ns_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[muon_dtype]
         return MuonAdamW(
             muon,
@@ -50,8 +50,8 @@ def build_optimizer(
             ns_dtype=ns_dtype,
         )
     # AdamW: weight decay decoupled from the gradient (Loshchilov & Hutter, 2019), as fairseq's --weight-decay
-    groups = [{"params": [p for _, p in named if decays(p, cfg.weight_decay_scope)]}]
-    still = [p for _, p in named if not decays(p, cfg.weight_decay_scope)]
+    decayed, still = split_by_decay([p for _, p in named], cfg.weight_decay_scope)
+    groups = [{"params": decayed}]
     if still:
         groups.append({"params": still, "weight_decay": 0.0})
     return torch.optim.AdamW(
