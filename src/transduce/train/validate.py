@@ -42,7 +42,10 @@ def valid_loss(
 
 def bleu_hook(split, vocabs, sentences: int, beam: int, device: torch.device) -> Callable[[nn.Module], float] | None:
     """A function model -> sacreBLEU of its translations of the first ``sentences`` of ``split``
-    (raw NFC text in, detokenised text out), or None when ``transduce.decode`` has no translator."""
+    (raw NFC text in, detokenised text out), or None when ``transduce.decode`` has no translator.
+
+    The references are normalised as the target vocabulary normalises (lowercased for a lowercasing
+    vocabulary, whose outputs are lowercase), so the score measures the model, not the casing."""
     if sentences <= 0:
         return None
     try:
@@ -54,7 +57,7 @@ def bleu_hook(split, vocabs, sentences: int, beam: int, device: torch.device) ->
 
     n = min(sentences, len(split))
     sources = [split.src_text(i) for i in range(n)]
-    references = [split.tgt_text(i) for i in range(n)]
+    references = [vocabs.tgt.normalize(split.tgt_text(i)) for i in range(n)]
 
     def score(model: nn.Module) -> float:
         was_training = model.training
