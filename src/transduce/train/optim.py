@@ -21,8 +21,8 @@ def split_by_decay(params: list[torch.Tensor], scope: str) -> tuple[list[torch.T
     """``params`` as (decayed, spared) under ``train.weight_decay_scope``: ``all`` (fairseq's ``--weight-decay``)
     decays every parameter; ``matrices`` (nanoGPT's, Hugging Face's) only the weight matrices and the embedding,
     sparing biases and layer-norm gains."""
-    decayed = [p for p in params if scope == "all" or p.ndim >= 2]
-    return decayed, [p for p in params if not any(p is q for q in decayed)]
+    decays = [scope == "all" or p.ndim >= 2 for p in params]
+    return [p for p, d in zip(params, decays) if d], [p for p, d in zip(params, decays) if not d]
 
 
 def build_optimizer(
