@@ -131,8 +131,10 @@ def attention_written_out(
     B, h, T_q, d_k = q.shape
     T_k = k.size(-2)
     with torch.autocast(q.device.type, enabled=False):
-        qf = q.float().reshape(B * h, T_q, d_k)  # (B·h, T_q, d_k)
-        kt = k.float().reshape(B * h, T_k, d_k).transpose(1, 2)  # (B·h, d_k, T_k)
+        # contiguous casts: a head-split view cast with the default (preserved) layout comes out in (B, T, h, d)
+        # order, and the reshape then copies it a second time (1.38 against 0.50 ms at paper-base's shapes)
+        qf = q.float(memory_format=torch.contiguous_format).reshape(B * h, T_q, d_k)  # (B·h, T_q, d_k)
+        kt = k.float(memory_format=torch.contiguous_format).reshape(B * h, T_k, d_k).transpose(1, 2)  # (B·h, d_k, T_k)
         safe, empty = _guard_empty_rows(mask)
         if safe is None:
             scores = torch.bmm(qf, kt).mul_(scale)  # (B·h, T_q, T_k)
