@@ -181,6 +181,30 @@ def test_projected_loss_equals_projection_then_loss(dtype):
     torch.testing.assert_close(gw, rw, **tol)
 
 
+@pytest.mark.parametrize("n", [29, 64, 65])
+def test_projected_loss_backward_takes_rounded_rows(n):
+    """The backward's matmuls see the (N, V) gradient and the states with N rounded up to PAD_ROWS (zero rows
+    after N), so that their shapes repeat from batch to batch; the gradients are those of the N rows."""
+    from transduce.train.loss import PAD_ROWS, ProjectedSmoothedCrossEntropy
+
+    torch.manual_seed(5)
+    h = torch.randn(n, 16, requires_grad=True)
+    w = torch.randn(43, 16, requires_grad=True)
+    y = torch.randint(1, 43, (n,))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        loss, _ = ProjectedSmoothedCrossEntropy.apply(h, w, y, 0.1, 0, torch.float32, 16)
+    rounded = -(-n // PAD_ROWS) * PAD_ROWS
+    assert [tuple(t.shape) for t in saved] == [(rounded, 16), (43, 16), (rounded, 43)]
+    assert not saved[0][n:].any() and not saved[2][n:].any()
+    gh, gw = torch.autograd.grad(loss, (h, w))
+    ref_loss, _, _ = label_smoothed_loss(h @ w.t(), y, 0.1)
+    rh, rw = torch.autograd.grad(ref_loss, (h, w))
+    assert gh.shape == (n, 16)
+    torch.testing.assert_close(gh, rh, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gw, rw, rtol=1e-5, atol=1e-5)
+
+
 def test_weight_decay_is_decoupled_as_in_fairseq_and_zero_is_plain_adam():
     from transduce.train.config import TrainConfig
     from transduce.train.optim import build_optimizer

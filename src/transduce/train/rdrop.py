@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from . import native_loss
+from .loss import gradient_rows, padded
 
 
 class RDrop:
@@ -95,8 +96,10 @@ class ProjectedPairLoss(torch.autograd.Function):
         hc1, wc1 = h1.to(dtype), w1.to(dtype)  # (N, d), (V, d)
         hc2, wc2 = h2.to(dtype), (wc1 if w2 is w1 else w2.to(dtype))
         n, want_grad = y.size(0), any(ctx.needs_input_grad[:4])
-        g1 = hc1.new_empty(n, w1.size(0)) if want_grad else None  # (N, V) ∂loss/∂logits of copy 1
-        g2 = hc2.new_empty(n, w2.size(0)) if want_grad else None  # (N, V) of copy 2
+        full1 = gradient_rows(hc1, w1.size(0)) if want_grad else None  # (P, V), zero rows after N
+        full2 = gradient_rows(hc2, w2.size(0)) if want_grad else None
+        g1 = full1[:n] if want_grad else None  # (N, V) ∂loss/∂logits of copy 1
+        g2 = full2[:n] if want_grad else None  # (N, V) of copy 2
         loss_rows, nll_rows = h1.new_empty(n, dtype=torch.float32), h1.new_empty(n, dtype=torch.float32)  # (N,)
         native = native and native_loss.applies(hc1, hc2)
         for s in range(0, n, rows):
@@ -115,17 +118,18 @@ class ProjectedPairLoss(torch.autograd.Function):
                 g1[s:e].copy_(b1)
                 g2[s:e].copy_(b2)
         if want_grad:
-            ctx.save_for_backward(hc1, wc1, g1, hc2, wc2, g2)
+            ctx.save_for_backward(padded(hc1), wc1, full1, padded(hc2), wc2, full2)  # (P, d), (V, d), (P, V)
+            ctx.rows = n
             ctx.dtypes = (h1.dtype, w1.dtype, h2.dtype, w2.dtype)
         return loss_rows.double().sum().float(), nll_rows.double().sum().float()
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        hc1, wc1, g1, hc2, wc2, g2 = ctx.saved_tensors
-        scale, need, dt = grad_loss.float(), ctx.needs_input_grad, ctx.dtypes
+        hc1, wc1, g1, hc2, wc2, g2 = ctx.saved_tensors  # N rows and P − N zero rows (loss.gradient_rows)
+        scale, need, dt, n = grad_loss.float(), ctx.needs_input_grad, ctx.dtypes, ctx.rows
         out = []
         for i, (hc, wc, g) in enumerate(((hc1, wc1, g1), (hc2, wc2, g2))):
-            out.append((g @ wc).float().mul_(scale).to(dt[2 * i]) if need[2 * i] else None)  # (N, d)
+            out.append((g @ wc)[:n].float().mul_(scale).to(dt[2 * i]) if need[2 * i] else None)  # (N, d)
             out.append((g.t() @ hc).float().mul_(scale).to(dt[2 * i + 1]) if need[2 * i + 1] else None)  # (V, d)
         return (*out, None, None, None, None, None, None, None)
 
