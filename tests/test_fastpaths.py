@@ -34,6 +34,29 @@ def test_importing_transduce_changes_nothing_in_the_process():
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
 
+def test_training_commands_keep_more_onednn_primitives_and_say_so(monkeypatch, capsys):
+    """``transduce train``/``recipe``/``demo`` raise oneDNN's primitive cache before torch runs a matmul (a value
+    the user set is kept), other commands leave it alone; a bf16 CPU run's fast-path line reports it."""
+    import os
+
+    from transduce import cli
+
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    assert cli.main(["translate", "--model", "/nonexistent", "/nonexistent"]) == 2
+    assert "ONEDNN_PRIMITIVE_CACHE_CAPACITY" not in os.environ
+    with pytest.raises(SystemExit):  # argparse: no config given, after the environment was set
+        cli.main(["train"])
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == cli.ONEDNN_CACHE
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "77")
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--no-such-option"])
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "77"
+    capsys.readouterr()
+    line = for_training(build(TrainConfig, {"data": "d", "out": "o", "dtype": "bf16"}), CPU).line()
+    assert "onednn_cache=77 (" in line
+    assert for_training(build(TrainConfig, {"data": "d", "out": "o", "dtype": "fp32"}), CPU).onednn_cache is None
+
+
 def test_the_log_line_names_each_part_and_why():
     fast = FastPaths(loss=Choice("native", "C++ loss on CPU"), decoder=Choice("fp32", "asked for"))
     assert fast.line() == "fast paths: loss=native (C++ loss on CPU); decoder=fp32 (asked for)"

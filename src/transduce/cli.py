@@ -52,6 +52,12 @@ TRAINING = ("train", "recipe", "demo")  # commands that train: re-run with jemal
 # sgemm picks other kernels for a few rows (rows 1-8 of a 256-wide input rounded differently from the same rows
 # inside 64); strict mode stops that. Measured cost: none at batch 64, ~3 µs on a 4-row call.
 DECODING = ("translate", "evaluate", "serve", "check-backends", "recipe", "demo", "attention", "export")
+# commands that train: oneDNN, which runs PyTorch's bf16 matmuls on CPU, builds (JIT-compiles) a primitive for
+# each new shape and keeps 1,024 of them by default. Batches of varying length make thousands of shapes (the demo:
+# a few thousand in its first 300 updates), so with the default most updates rebuilt some: ~30 ms of a ~190 ms
+# update on one core of an Intel Xeon with AMX (ONEDNN_VERBOSE=all). Kept for good, they cost ~1 GB more memory per
+# training process and made the update ~18% faster (docs/training-speed.md). A value the user set is kept.
+ONEDNN_CACHE = "16384"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(a in DECODING for a in argv[:1]):
         os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+    if any(a in TRAINING for a in argv[:1]):
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", ONEDNN_CACHE)
     parser = argparse.ArgumentParser(prog="transduce", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"transduce {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

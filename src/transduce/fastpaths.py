@@ -35,7 +35,8 @@ class FastPaths:
     dropout: "native", "tensor" (FastDropout's tensor ops) or "torch" (``nn.Dropout``); muon: the
     dtype of Muon's Newton-Schulz iterations ("fp32" or "bf16"), in a run that uses Muon; allocator: "jemalloc"
     or "malloc"; decoder: one of :data:`transduce.backends.BACKENDS`; simd: the SIMD level the C++ kernels
-    are built for (:func:`simd_choice`), where one runs.
+    are built for (:func:`simd_choice`), where one runs; onednn_cache: how many oneDNN primitives (PyTorch's bf16
+    matmuls on CPU, one per shape) a training process keeps built.
     """
 
     attention: Choice | None = None
@@ -45,6 +46,7 @@ class FastPaths:
     allocator: Choice | None = None
     decoder: Choice | None = None
     simd: Choice | None = None
+    onednn_cache: Choice | None = None
 
     def line(self) -> str:
         """The one log line: ``fast paths: part=name (why); ...``."""

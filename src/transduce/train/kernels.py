@@ -6,6 +6,7 @@ Muon's dtype, allocator), each choice with its reason, logged in one line at the
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .. import allocator
@@ -61,6 +62,18 @@ def muon_choice(name: str, dtype: str) -> Choice:
     return Choice("fp32", f"auto in a {dtype} run")
 
 
+def onednn_cache_choice(device, dtype: str) -> Choice | None:
+    """How many primitives oneDNN keeps built, in a run whose matmuls it makes (bf16 on CPU); None elsewhere.
+    ``transduce train``, ``recipe`` and ``demo`` set ONEDNN_PRIMITIVE_CACHE_CAPACITY before torch starts
+    (``transduce.cli.ONEDNN_CACHE``, where the measurement is), unless the environment names one."""
+    if device.type != "cpu" or dtype != "bf16":
+        return None
+    value = os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    if value is None:
+        return Choice("1024", "oneDNN's default; the transduce command sets more: a new shape is a new build")
+    return Choice(value, "ONEDNN_PRIMITIVE_CACHE_CAPACITY: one built matmul per shape, kept")
+
+
 def for_training(cfg: Any, device) -> FastPaths:
     """The kernels a training run uses, from ``cfg``'s ``attention_kernel``, ``loss_kernel``,
     ``dropout_kernel``, ``fast_dropout``, ``optimizer``, ``muon_dtype`` and ``dtype`` (resolved) and the
@@ -75,4 +88,12 @@ def for_training(cfg: Any, device) -> FastPaths:
         drop = _native_kernel("dropout_kernel", cfg.dropout_kernel, device, dropout_.extension, "dropout")
     simd = simd_choice() if "native" in (loss.name, drop.name) else None
     muon = muon_choice(cfg.muon_dtype, cfg.dtype) if cfg.optimizer == "muon" else None
-    return FastPaths(attention=attention, loss=loss, dropout=drop, muon=muon, allocator=allocator_choice(), simd=simd)
+    return FastPaths(
+        attention=attention,
+        loss=loss,
+        dropout=drop,
+        muon=muon,
+        allocator=allocator_choice(),
+        simd=simd,
+        onednn_cache=onednn_cache_choice(device, cfg.dtype),
+    )
