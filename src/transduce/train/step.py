@@ -216,16 +216,17 @@ def loss_block_rows(device: torch.device, dtype: str) -> int:
     """Positions per block of the projected loss (:class:`~transduce.train.loss.ProjectedSmoothedCrossEntropy`;
     R-Drop's pair loss takes half as many of each copy): a block's logits are one (rows, d) × (d, V) matmul.
 
-    GPU: 8192, few launches. CPU, fp32: 512. At 64 rows that matmul ran at about half the speed it reaches at
-    512 (d 128, V 8000, one thread: 58 against 30 ms for 936 rows), and an update made 5-11% more tokens/s at
+    GPU: 8192, few launches. CPU: 512. In fp32, at 64 rows that matmul ran at about half the speed it reaches
+    at 512 (d 128, V 8000, one thread: 58 against 30 ms for 936 rows), and an update made 5-11% more tokens/s at
     ``small``, ~13% at ``medium``, the same at paper-base (``bench/train_step.py --gemm-shapes`` and timed
-    updates, 2-core AMD EPYC Zen 3, AVX2). The C++ loss reads a block row by row, three passes over a row that
-    fits in L2, so the block itself need not stay in cache. CPU, bf16: 64, as chosen where bf16 is native (not
-    re-measured there with 512).
+    updates, 2-core AMD EPYC Zen 3, AVX2). In bf16 the loss's forward and backward took 14-15 ms at 512 rows
+    against 17-18 ms at 64 (914 rows, ``python bench/loss_rows.py``, one core of an Intel Xeon with AMX,
+    2026-12-05). The C++ loss reads a block row by row, three passes over a row that fits in L2, so the block
+    itself need not stay in cache. ``dtype`` is kept for a size that differs by precision.
     """
     if device.type != "cpu":
         return 8192
-    return 64 if dtype == "bf16" else 512
+    return 512
 
 
 def with_bias(states: torch.Tensor, generator: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
