@@ -123,9 +123,16 @@ def main(argv: list[str] | None = None) -> None:
             f"{tokens / seconds:.0f} target tokens/s wall, {tokens / cpu * args.threads:.0f} per {args.threads} "
             f"CPU-seconds ({len(timed)} updates of ~{tokens // len(timed)} tokens, {seconds:.1f} s; "
             f"adam={args.adam} sdpa={args.sdpa} loss={args.loss_kernel} dropout={args.dropout_kernel} "
-            f"malloc={'jemalloc' if loaded() else 'libc'})",
+            f"malloc={'jemalloc' if loaded() else 'libc'}; peak resident {max_resident_mb():.0f} MB)",
             flush=True,
         )
+
+
+def max_resident_mb() -> float:
+    """The process's peak resident memory so far, in MB (Linux reports kB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def product_flops(name: str, shapes: list) -> int:

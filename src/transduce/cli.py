@@ -56,7 +56,7 @@ DECODING = ("translate", "evaluate", "serve", "check-backends", "recipe", "demo"
 # each new shape and keeps 1,024 of them by default. Batches of varying length make thousands of shapes (the demo:
 # a few thousand in its first 300 updates), so with the default most updates rebuilt some: ~30 ms of a ~190 ms
 # update on one core of an Intel Xeon with AMX (ONEDNN_VERBOSE=all). Kept for good, they cost ~1 GB more memory per
-# training process and made the update ~18% faster (docs/training-speed.md). A value the user set is kept.
+# training process and made the demo's update ~10% faster (docs/performance.md). A value the user set is kept.
 ONEDNN_CACHE = "16384"
 
 
