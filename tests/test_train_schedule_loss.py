@@ -185,7 +185,7 @@ def test_projected_loss_equals_projection_then_loss(dtype):
 def test_projected_loss_backward_takes_rounded_rows(n):
     """The backward's matmuls see the (N, V) gradient and the states with N rounded up to PAD_ROWS (zero rows
     after N), so that their shapes repeat from batch to batch; the gradients are those of the N rows."""
-    from transduce.train.loss import PAD_ROWS, ProjectedSmoothedCrossEntropy
+    from transduce.train.loss import PAD_ROWS, ProjectedSmoothedCrossEntropy, rounded_rows
 
     torch.manual_seed(5)
     h = torch.randn(n, 16, requires_grad=True)
@@ -194,7 +194,8 @@ def test_projected_loss_backward_takes_rounded_rows(n):
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         loss, _ = ProjectedSmoothedCrossEntropy.apply(h, w, y, 0.1, 0, torch.float32, 16)
-    rounded = -(-n // PAD_ROWS) * PAD_ROWS
+    rounded = rounded_rows(n)
+    assert rounded % PAD_ROWS == 0 and n <= rounded < n + PAD_ROWS
     assert [tuple(t.shape) for t in saved] == [(rounded, 16), (43, 16), (rounded, 43)]
     assert not saved[0][n:].any() and not saved[2][n:].any()
     gh, gw = torch.autograd.grad(loss, (h, w))

@@ -55,8 +55,8 @@ DECODING = ("translate", "evaluate", "serve", "check-backends", "recipe", "demo"
 # commands that train: oneDNN, which runs PyTorch's bf16 matmuls on CPU, builds (JIT-compiles) a primitive for
 # each new shape and keeps 1,024 of them by default. Batches of varying length make thousands of shapes (the demo:
 # a few thousand in its first 300 updates), so with the default most updates rebuilt some: ~30 ms of a ~190 ms
-# update on one core of an Intel Xeon with AMX (ONEDNN_VERBOSE=all). Kept for good, they cost ~1 GB more memory per
-# training process and made the demo's update ~10% faster (docs/performance.md). A value the user set is kept.
+# update on one core of an Intel Xeon with AMX (ONEDNN_VERBOSE=all). Kept for good, they made the demo's update ~10%
+# faster, its two training processes then holding 2.5-2.8 GB each (docs/performance.md). A value the user set is kept.
 ONEDNN_CACHE = "16384"
 
 

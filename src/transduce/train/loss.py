@@ -84,18 +84,23 @@ class SmoothedCrossEntropy(torch.autograd.Function):
 PAD_ROWS = 64
 
 
+def rounded_rows(n: int) -> int:
+    """``n`` rounded up to a multiple of :data:`PAD_ROWS`."""
+    return -(-n // PAD_ROWS) * PAD_ROWS
+
+
 def gradient_rows(hc: Tensor, vocab: int) -> Tensor:
-    """An (P, V) gradient for ``hc``'s N rows, P = N rounded up to a multiple of :data:`PAD_ROWS`: rows N
-    and on are zero, the first N uninitialised, for the forward to fill."""
+    """An (P, V) gradient for ``hc``'s N rows, P = :func:`rounded_rows` (N): rows N and on are zero, the first
+    N uninitialised, for the forward to fill."""
     n = hc.size(0)
-    full = hc.new_empty(-(-n // PAD_ROWS) * PAD_ROWS, vocab)  # (P, V)
+    full = hc.new_empty(rounded_rows(n), vocab)  # (P, V)
     full[n:].zero_()
     return full
 
 
 def padded(t: Tensor) -> Tensor:
-    """``t`` (N, k) with zero rows appended up to a multiple of :data:`PAD_ROWS` (P, k)."""
-    extra = -t.size(0) % PAD_ROWS
+    """``t`` (N, k) with zero rows appended up to :func:`rounded_rows` (N) (P, k)."""
+    extra = rounded_rows(t.size(0)) - t.size(0)
     return torch.cat([t, t.new_zeros(extra, t.size(1))]) if extra else t
 
 

@@ -207,12 +207,12 @@ class TrainingLoss(nn.Module):
         states = h.unflatten(0, (copies, -1)).flatten(1, 2).index_select(1, positions)  # (copies, N, d_model)
         states = states.flatten(0, 1)  # (copies·N, d_model), copy by copy
         states, weight = with_bias(states, self.model.generator)
-        rows = loss_block_rows(self.device, self.dtype)
+        rows = loss_block_rows(self.device)
         loss, nll = self.objective(states, weight, labels, AUTOCAST.get(self.dtype, torch.float32), rows)
         return loss, nll.detach(), copies * labels.numel()
 
 
-def loss_block_rows(device: torch.device, dtype: str) -> int:
+def loss_block_rows(device: torch.device) -> int:
     """Positions per block of the projected loss (:class:`~transduce.train.loss.ProjectedSmoothedCrossEntropy`;
     R-Drop's pair loss takes half as many of each copy): a block's logits are one (rows, d) × (d, V) matmul.
 
@@ -222,7 +222,7 @@ def loss_block_rows(device: torch.device, dtype: str) -> int:
     updates, 2-core AMD EPYC Zen 3, AVX2). In bf16 the loss's forward and backward took 14-15 ms at 512 rows
     against 17-18 ms at 64 (914 rows, ``python bench/loss_rows.py``, one core of an Intel Xeon with AMX,
     2026-12-05). The C++ loss reads a block row by row, three passes over a row that fits in L2, so the block
-    itself need not stay in cache. ``dtype`` is kept for a size that differs by precision.
+    itself need not stay in cache.
     """
     if device.type != "cpu":
         return 8192
