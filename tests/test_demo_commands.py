@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 
+import pytest
+
 from transduce import cli
-from transduce.demo import EXAMPLES, next_commands
+from transduce.config import ConfigError
+from transduce.demo import CONFIG, EXAMPLES, next_commands, run
 
 
 def commands(model, tmp_path):
@@ -47,3 +51,10 @@ def test_the_printed_serve_and_curl_lines_agree(tmp_path):
     curl = shlex.split(printed["and call it"])
     assert curl[0] == "curl" and f"localhost:{port}/translate" in curl
     assert json.loads(curl[-1]) == {"q": "The Lord is my shepherd.", "source": "en", "target": "de"}
+
+
+def test_the_demo_refuses_an_ensemble_recipe_before_training(tmp_path):
+    args = argparse.Namespace(config=CONFIG, minutes=1.0, out=tmp_path / "demo", set=["recipe.members=2"])
+    with pytest.raises(ConfigError, match="recipe.members must be 1"):
+        run(args)
+    assert not (tmp_path / "demo").exists()

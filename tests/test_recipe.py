@@ -8,10 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import RECIPE_SIZES, write_recipe
+from safetensors.torch import load_file
 
 from transduce.config import ConfigError
-from transduce.recipe import load_recipe, run_recipe
+from transduce.recipe import load_recipe, member_recipe, run_recipe
 
 
 @pytest.mark.slow
@@ -88,6 +90,12 @@ def test_recipe_rejects_unknown_keys_and_bad_values(multi30k_raw, tmp_path):
     path = write_recipe(tmp_path / "r.toml", multi30k_raw, tmp_path / "out", 1)
     with pytest.raises(ConfigError, match="processes"):
         load_recipe(path, ["recipe.processes=0"])
+    with pytest.raises(ConfigError, match="'members'"):
+        load_recipe(path, ["recipe.members=0"])
+    with pytest.raises(ConfigError, match="'seed'.*members > 1"):
+        load_recipe(path, ["recipe.members=2", "recipe.seed=0"])
+    with pytest.raises(ConfigError, match=r"\[train\] seed.*recipe.seed"):
+        run_recipe(load_recipe(path, ["recipe.members=2", "train.seed=5"]))
     with pytest.raises(ConfigError, match="alpha"):
         load_recipe(path, ["evaluate.alpha=[]"])
     with pytest.raises(ConfigError, match="vocab_sise"):
@@ -150,3 +158,54 @@ def test_evaluate_only_rescores_a_finished_run_and_keeps_its_training_figures(fi
     assert all((out / f"averaged-{n}" / "model.safetensors").is_file() for n in (2, 3, kept))
     valid = {name: s["valid"]["bleu"] for name, s in windows["scores"].items()}
     assert valid[windows["chosen"]] == max(valid.values()) and "test" in windows["scores"][windows["chosen"]]
+
+
+def test_members_seeds_never_overlap_between_recipe_seeds(multi30k_raw, tmp_path):
+    path = write_recipe(tmp_path / "r.toml", multi30k_raw, tmp_path / "out", 1)
+    seeds = [load_recipe(path, ["recipe.members=3", f"recipe.seed={s}"]).recipe.member_seeds() for s in (1, 2, 3)]
+    assert seeds == [[1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    member = member_recipe(load_recipe(path, ["recipe.members=2", "recipe.seed=2"]), 2)
+    assert member.recipe.seed == 4 and member.recipe.members == 1
+    assert member.out == tmp_path / "out" / "member-2" and member.data_dir == tmp_path / "out" / "data"
+
+
+@pytest.mark.slow
+def test_members_train_at_once_and_their_ensemble_competes_on_valid(multi30k_raw, tmp_path):
+    out = tmp_path / "out"
+    recipe = load_recipe(write_recipe(tmp_path / "r.toml", multi30k_raw, out, 1), ["recipe.members=2", "recipe.seed=2"])
+    results = run_recipe(recipe)
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["members"] == 2 and saved["member_seeds"] == [3, 4] and saved["train"]["step"] == [12, 12]
+    weights = []
+    for i, seed in ((1, 3), (2, 4)):  # each member a whole run of its own, from its own seed
+        member = json.loads((out / f"member-{i}" / "results.json").read_text())
+        assert member["seed"] == seed and member["train"]["step"] == 12
+        assert "step 12" in (out / f"member-{i}" / "train.log").read_text()
+        weights.append(load_file(out / f"member-{i}" / "run" / "model" / "model.safetensors"))
+    assert any(not torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+    assert set(saved["scores"]) == {"ensemble", "member 1", "member 2"}
+    assert "ref_perplexity" not in saved["scores"]["ensemble"]["valid"]  # decoded as an ensemble: no one model's
+    valid = {name: s["valid"]["bleu"] for name, s in saved["scores"].items()}
+    chosen = saved["chosen"]
+    assert valid[chosen] == max(valid.values()) and results["chosen"] == chosen
+    assert [n for n, s in saved["scores"].items() if "test" in s] == [chosen]
+    assert len((out / "test.hyp").read_text().splitlines()) == RECIPE_SIZES["test_2016_flickr"]
+    if chosen == "ensemble":
+        assert saved["model"] == str(out / "member-1" / "model") and saved["ensemble"] == [
+            str(out / "member-2" / "model")
+        ]
+    else:
+        assert (out / "model" / "config.toml").is_file() and "ensemble" not in saved
+    again = run_recipe(recipe, evaluate_only=True)  # members and ensemble scored again, training figures kept
+    assert again["train"] == saved["train"] and again["chosen"] == chosen
+    assert again["scores"]["ensemble"]["valid"]["bleu"] == saved["scores"]["ensemble"]["valid"]["bleu"]
+
+
+@pytest.mark.slow
+def test_a_failing_member_stops_the_others_and_names_its_log(multi30k_raw, tmp_path):
+    out = tmp_path / "out"
+    recipe = load_recipe(write_recipe(tmp_path / "r.toml", multi30k_raw, out, 1), ["recipe.members=2"])
+    recipe.train["max_tokens"] = 0  # rejected by `transduce train` in each member's process
+    with pytest.raises(RuntimeError, match=r"member-\d/train\.log"):
+        run_recipe(recipe)
+    assert "max_tokens" in (out / "member-1" / "train.log").read_text() + (out / "member-2" / "train.log").read_text()

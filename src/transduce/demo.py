@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from .config import ConfigError
 from .recipe import load_recipe, results_table, run_recipe
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo-bible-en-de.toml"
@@ -42,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         overrides.append(f'recipe.out="{args.out}"')
     recipe = load_recipe(args.config, overrides)
+    if recipe.recipe.members > 1:  # the tour below shows one model: its attention, its C++ step, its server
+        raise ConfigError("the demo trains one model: recipe.members must be 1 (`transduce recipe` trains ensembles)")
     if args.out is None and (recipe.out / "run").exists():  # a second `make demo` keeps the first one's run
         n = 2
         while Path(f"{recipe.out}-{n}").exists():

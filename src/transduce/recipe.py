@@ -2,6 +2,7 @@
 
     [recipe]    out = "runs/multi30k-en-de"        # everything goes under this directory
                 processes = 2                      # train with DDP in 2 processes (torchrun), else in-process
+                members = 1                        # > 1: independent models trained at once, one ensemble
     [prepare]   corpus, src, tgt, raw | download, vocab_size ... (the flags of `transduce prepare`)
     [train]     TrainConfig keys (data and out are filled in from the recipe)
     [model]     ModelConfig keys or a preset
@@ -15,6 +16,13 @@ the validation split, with each length penalty α listed in [evaluate] alpha, an
 so is the moving average of the weights (RUN_DIR/ema-model). The best model and
 α are the recipe's, and only they are scored on the test splits (the choice never looks at test data).
 Results go to OUT/results.json and are printed as a table.
+
+With ``members = M > 1`` the recipe trains M models at the same time, each from its own seed and with
+``processes`` processes of its own, in OUT/member-1 ... OUT/member-M (each a whole recipe run: its model chosen
+on valid as above, its test scores). Their chosen models are then decoded together as one ensemble (the average
+of their log-probabilities, :mod:`transduce.decode.ensemble`), scored on valid with each α, and the ensemble
+or a single member, whichever is best on valid, is scored on the test splits. The ensemble translates with
+``transduce translate --model OUT/member-1/model --ensemble OUT/member-2/model ...``.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +50,17 @@ class RecipeSection:
     out: str = ""
     seed: int = 1
     processes: int = 1  # > 1: train under torchrun (DistributedDataParallel), [train] threads each
+    members: int = 1  # > 1: that many independent models trained at once, each with `processes` processes
 
     def __post_init__(self) -> None:
         check(bool(self.out), "out", "must name the recipe's output directory")
         check(self.processes >= 1, "processes", f"must be at least 1, got {self.processes}")
+        check(self.members >= 1, "members", f"must be at least 1, got {self.members}")
+        check(self.members == 1 or self.seed >= 1, "seed", f"must be at least 1 with members > 1, got {self.seed}")
+
+    def member_seeds(self) -> list[int]:
+        """Member i (from 1) of seed s trains from seed (s − 1) · members + i: seeds 1 and 2 share no member."""
+        return [(self.seed - 1) * self.members + i for i in range(1, self.members + 1)]
 
 
 @dataclass
@@ -222,71 +237,152 @@ def machine() -> dict[str, Any]:
 def run_recipe(recipe: Recipe, resume: bool = False, evaluate_only: bool = False) -> dict[str, Any]:
     """Run the recipe; ``evaluate_only`` re-runs only averaging and evaluation on a finished run (for
     other [evaluate] settings), keeping the training figures of its results.json."""
+    if recipe.recipe.members > 1:
+        return _run_members(recipe, resume, evaluate_only)
     recipe.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {
+    results = _header(recipe)
+    if evaluate_only:
+        _keep_training_figures(recipe, results)
+    else:
+        _train(recipe, resume, results)
+    _choose(recipe, results, _candidates(recipe, results))
+    (recipe.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _header(recipe: Recipe) -> dict[str, Any]:
+    return {
         "recipe": str(recipe.path),
         "machine": machine(),
         "seed": recipe.recipe.seed,
         "train_threads": recipe.train.get("threads", torch.get_num_threads()),
         "train_processes": recipe.recipe.processes,
     }
-    if evaluate_only:
-        previous = recipe.out / "results.json"
-        if not previous.is_file():
-            raise FileNotFoundError(f"--evaluate-only: {previous} not found; run the recipe to the end first")
-        old = json.loads(previous.read_text())
-        kept = ("seed", "train_threads", "train_processes", "train_wall_s", "train")
-        results.update({k: old[k] for k in kept if k in old})
-    else:
-        _train(recipe, resume, results)
-    _evaluate(recipe, results)
-    (recipe.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    return results
+
+
+def _keep_training_figures(recipe: Recipe, results: dict[str, Any]) -> None:
+    previous = recipe.out / "results.json"
+    if not previous.is_file():
+        raise FileNotFoundError(f"--evaluate-only: {previous} not found; run the recipe to the end first")
+    old = json.loads(previous.read_text())
+    kept = ("seed", "train_threads", "train_processes", "train_wall_s", "train", "dtype")
+    results.update({k: old[k] for k in kept if k in old})
+
+
+def _prepare(recipe: Recipe) -> None:
+    from .cli import main as cli
+
+    _stage("prepare", " ".join(recipe.prepare.argv(recipe.data_dir)))
+    if cli(recipe.prepare.argv(recipe.data_dir)) != 0:
+        raise RuntimeError("transduce prepare failed (its message is above)")
+
+
+def _train_command(recipe: Recipe, resume: bool) -> tuple[list[str], str]:
+    """(what runs ``transduce train`` on the recipe's train.toml in a new process, the command as a user types it):
+    torchrun with [recipe] processes > 1, else one Python process."""
+    argv = ["train", str(write_train_config(recipe))] + (["--resume"] if resume else [])
+    n = recipe.recipe.processes
+    if n == 1:
+        return [sys.executable, "-m", "transduce", *argv], " ".join(["transduce", *argv])
+    torchrun = ["torch.distributed.run", "--standalone", f"--nproc_per_node={n}", "-m", "transduce", *argv]
+    return [sys.executable, "-m", *torchrun], " ".join(["torchrun", *torchrun[1:]])
 
 
 def _train(recipe: Recipe, resume: bool, results: dict[str, Any]) -> None:
     """prepare → train (in-process, or under torchrun with [recipe] processes > 1)."""
     from .cli import main as cli
 
-    _stage("prepare", " ".join(recipe.prepare.argv(recipe.data_dir)))
-    if cli(recipe.prepare.argv(recipe.data_dir)) != 0:
-        raise RuntimeError("transduce prepare failed (its message is above)")
-    train_toml = write_train_config(recipe)
-    argv = ["train", str(train_toml)] + (["--resume"] if resume else [])
-    n = recipe.recipe.processes
-    launcher = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={n}",
-        "-m",
-        "transduce",
-    ]
-    _stage(
-        "train",
-        " ".join((["torchrun", "--standalone", f"--nproc_per_node={n}", "-m"] if n > 1 else []) + ["transduce", *argv]),
-    )
+    _prepare(recipe)
+    command, shown = _train_command(recipe, resume)
+    _stage("train", shown)
     start = time.perf_counter()
-    status = subprocess.run(launcher + argv).returncode if n > 1 else cli(argv)
+    # in-process with one process: the arguments after "python -m transduce"
+    status = subprocess.run(command).returncode if recipe.recipe.processes > 1 else cli(command[3:])
     if status != 0:
         raise RuntimeError(f"transduce train failed with status {status} (its message is above)")
-    results["train_wall_s"] = round(time.perf_counter() - start, 1)
+    _record_training(recipe, results, time.perf_counter() - start)
+
+
+def _record_training(recipe: Recipe, results: dict[str, Any], wall_s: float) -> None:
+    results["train_wall_s"] = round(wall_s, 1)
     results["dtype"] = read_toml(recipe.out / "run" / "config.toml")["train"]["dtype"]  # "auto" resolved
     results["train"] = _train_summary(recipe.out / "run")
 
 
-def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
-    """average → score final, averaged and EMA models on valid (each α) → the best on the test splits."""
-    from .api import load
-    from .data import PreparedData
-    from .evaluate import evaluate_model
+def member_recipe(recipe: Recipe, i: int) -> Recipe:
+    """Member ``i`` (from 1) of a recipe with [recipe] members > 1: OUT/member-i, its own seed, the shared data."""
+    section = replace(
+        recipe.recipe, out=str(recipe.out / f"member-{i}"), seed=recipe.recipe.member_seeds()[i - 1], members=1
+    )
+    return replace(recipe, recipe=section, prepare=replace(recipe.prepare, out=str(recipe.data_dir)))
+
+
+def _run_members(recipe: Recipe, resume: bool, evaluate_only: bool) -> dict[str, Any]:
+    """Train the members at once (each alone a whole recipe run), then choose on valid among their ensemble and
+    each member alone."""
+    if "seed" in recipe.train:
+        raise ConfigError(
+            f"{recipe.path} [train] seed: with [recipe] members > 1 set recipe.seed (members derive theirs)"
+        )
+    members = [member_recipe(recipe, i) for i in range(1, recipe.recipe.members + 1)]
+    recipe.out.mkdir(parents=True, exist_ok=True)
+    results = {**_header(recipe), "members": len(members), "member_seeds": recipe.recipe.member_seeds()}
+    if evaluate_only:
+        member_results = [run_recipe(m, evaluate_only=True) for m in members]
+    else:
+        _prepare(recipe)
+        member_results = []
+        for m, wall_s in zip(members, _train_at_once(members, resume)):
+            m.out.mkdir(parents=True, exist_ok=True)
+            r = _header(m)
+            _record_training(m, r, wall_s)
+            _choose(m, r, _candidates(m, r))
+            (m.out / "results.json").write_text(json.dumps(r, indent=2) + "\n")
+            member_results.append(r)
+    results["train_wall_s"] = max(r["train_wall_s"] for r in member_results)
+    results["dtype"] = member_results[0]["dtype"]
+    results["train"] = {"step": [r["train"].get("step") for r in member_results]}
+    chosen = [Path(r["model"]) for r in member_results]
+    candidates = {"ensemble": chosen, **{f"member {i}": [d] for i, d in enumerate(chosen, 1)}}
+    _choose(recipe, results, candidates)
+    (recipe.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _train_at_once(members: list[Recipe], resume: bool) -> list[float]:
+    """Start every member's training, each in its own process(es) with its output in OUT/member-i/train.log; wait
+    for all. Returns each one's wall-clock seconds. If one fails, the others are stopped."""
+    running = []
+    for m in members:
+        m.out.mkdir(parents=True, exist_ok=True)
+        command, shown = _train_command(m, resume)
+        log = m.out / "train.log"
+        _stage("train", f"{shown} > {log}")
+        with open(log, "w") as f:
+            running.append((subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT), log, time.perf_counter()))
+    walls: dict[int, float] = {}
+    while len(walls) < len(running):
+        for i, (process, log, start) in enumerate(running):
+            if i not in walls and process.poll() is not None:
+                walls[i] = time.perf_counter() - start
+                if process.returncode != 0:
+                    for other, _, _ in running:
+                        if other.poll() is None:
+                            other.terminate()
+                            other.wait()
+                    raise RuntimeError(f"transduce train failed with status {process.returncode}: see {log}")
+        time.sleep(0.5)
+    return [walls[i] for i in range(len(running))]
+
+
+def _candidates(recipe: Recipe, results: dict[str, Any]) -> dict[str, list[Path]]:
+    """The run's models to choose from, name -> [model directory]: final, averaged (each window) and EMA."""
     from .train.average import average
     from .train.checkpoint import list_checkpoints
     from .train.trainer import EMA_MODEL
 
     run = recipe.out / "run"
-    candidates = {"final": run / "model"}  # name -> model directory
+    candidates = {"final": [run / "model"]}
     available = len(list_checkpoints(run / "checkpoints"))
     windows = []  # the distinct windows that can be averaged, each at most the checkpoints there are
     for wanted in recipe.average.lasts:
@@ -300,9 +396,18 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     for last in windows:
         name, folder = ("averaged", "averaged") if one else (f"averaged {last}", f"averaged-{last}")
         _stage("average", f"transduce average {run} --last {last}")
-        candidates[name] = average(run, last, recipe.out / folder)
+        candidates[name] = [average(run, last, recipe.out / folder)]
     if (run / EMA_MODEL).is_dir():  # train.ema_decay: the moving average of the weights competes too
-        candidates["ema"] = run / EMA_MODEL
+        candidates["ema"] = [run / EMA_MODEL]
+    return candidates
+
+
+def _choose(recipe: Recipe, results: dict[str, Any], candidates: dict[str, list[Path]]) -> None:
+    """Score each candidate (a model, or an ensemble of several) on valid with each α, keep the best, and score
+    only it on the test splits. A single model is copied to OUT/model; an ensemble is named by its members."""
+    from .api import load
+    from .data import PreparedData
+    from .evaluate import evaluate_model
 
     data = PreparedData.open(recipe.data_dir)
     ev = recipe.evaluate
@@ -313,8 +418,8 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
     scores: dict[str, dict[str, Any]] = {}
     sweeps: dict[str, dict[str, float]] = {}
     translators = {}
-    for name, directory in candidates.items():
-        translators[name] = load(directory, device=device, dtype=ev.dtype)
+    for name, (first, *others) in candidates.items():
+        translators[name] = load(first, device=device, dtype=ev.dtype, ensemble=others)
         tried = {}  # alpha -> scores on valid
         for alpha in ev.alphas:
             _stage("evaluate", f"{name} model on {ev.valid_split} (beam {ev.beam}, alpha {alpha})")
@@ -333,18 +438,17 @@ def _evaluate(recipe: Recipe, results: dict[str, Any]) -> None:
             **_score(evaluate_model, translators[chosen], data, split, decode, recipe.out / f"{split}.hyp"),
             "alpha": decode["alpha"],
         }
+    first, *others = candidates[chosen]
+    results.update({"chosen": chosen, "scores": scores, "decode": decode})
+    results.setdefault("dtype", recipe.train.get("dtype", "fp32"))
+    if others:  # an ensemble: its members' directories are the model
+        results.update({"model": str(first), "ensemble": [str(d) for d in others]})
+        results["backends"] = "not checked: an ensemble decodes in PyTorch (the C++ step is one model's)"
+        return
     target = recipe.out / "model"
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(candidates[chosen], target)
-    results.update(
-        {
-            "chosen": chosen,
-            "model": str(target),
-            "scores": scores,
-            "decode": decode,
-            "dtype": results.get("dtype", recipe.train.get("dtype", "fp32")),
-        }
-    )
+    shutil.copytree(first, target)
+    results["model"] = str(target)
     results["backends"] = _check_backends(recipe, target, device, decode, metric)
 
 
@@ -447,13 +551,22 @@ def run(args: argparse.Namespace) -> int:
     m = results["machine"]
     print(f"\n{results_table(results)}\n")
     by = "tok-lc BLEU" if results.get("chosen_by") == "tok_lc_bleu" else "sacreBLEU"
+    steps = results["train"].get("step", "?")
+    updates = (
+        " + ".join(f"{s:,}" if isinstance(s, int) else "?" for s in steps) + " (members)"
+        if isinstance(steps, list)
+        else f"{steps}"
+    )
+    processes = (
+        f"{results['members']} members x " * ("members" in results) + f"{results['train_processes']} process(es)"
+    )
     print(
         f"chosen on {recipe.evaluate.valid_split} {by}: {results['chosen']}; training {results['train_wall_s']} s "
-        f"wall-clock, {results['train'].get('step', '?')} updates; {m['cpu']}, {results['train_processes']} "
-        f"process(es) x {results['train_threads']} training thread(s), "
+        f"wall-clock, {updates} updates; {m['cpu']}, {processes} x {results['train_threads']} training thread(s), "
         f"{results['dtype']}, seed {results['seed']}"
     )
-    print(f"model: {results['model']}   results: {recipe.out / 'results.json'}")
+    ensemble = "".join(f" --ensemble {d}" for d in results.get("ensemble", []))
+    print(f"model: {results['model']}{ensemble}   results: {recipe.out / 'results.json'}")
     sig = next(iter(next(iter(results["scores"].values())).values()))
     print(f"sacreBLEU signature: {sig['bleu_signature']}")
     return 0
