@@ -245,6 +245,11 @@ def run_recipe(recipe: Recipe, resume: bool = False, evaluate_only: bool = False
         _keep_training_figures(recipe, results)
     else:
         _train(recipe, resume, results)
+    return _evaluate(recipe, results)
+
+
+def _evaluate(recipe: Recipe, results: dict[str, Any]) -> dict[str, Any]:
+    """average → choose among final, averaged and EMA on valid → test; OUT/results.json written."""
     _choose(recipe, results, _candidates(recipe, results))
     (recipe.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
@@ -333,12 +338,9 @@ def _run_members(recipe: Recipe, resume: bool, evaluate_only: bool) -> dict[str,
         _prepare(recipe)
         member_results = []
         for m, wall_s in zip(members, _train_at_once(members, resume)):
-            m.out.mkdir(parents=True, exist_ok=True)
             r = _header(m)
             _record_training(m, r, wall_s)
-            _choose(m, r, _candidates(m, r))
-            (m.out / "results.json").write_text(json.dumps(r, indent=2) + "\n")
-            member_results.append(r)
+            member_results.append(_evaluate(m, r))
     results["train_wall_s"] = max(r["train_wall_s"] for r in member_results)
     results["dtype"] = member_results[0]["dtype"]
     results["train"] = {"step": [r["train"].get("step") for r in member_results]}
@@ -557,9 +559,9 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(steps, list)
         else f"{steps}"
     )
-    processes = (
-        f"{results['members']} members x " * ("members" in results) + f"{results['train_processes']} process(es)"
-    )
+    processes = f"{results['train_processes']} process(es)"
+    if "members" in results:
+        processes = f"{results['members']} members x {processes}"
     print(
         f"chosen on {recipe.evaluate.valid_split} {by}: {results['chosen']}; training {results['train_wall_s']} s "
         f"wall-clock, {updates} updates; {m['cpu']}, {processes} x {results['train_threads']} training thread(s), "
