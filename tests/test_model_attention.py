@@ -178,6 +178,8 @@ def test_written_out_attention_masks_inside_the_score_product_as_the_reference_m
         torch.testing.assert_close(ours, reference, atol=1e-6, rtol=1e-5)
     ours = attention_written_out(q, k, v, rows)
     assert torch.equal(ours[0, :, 2], torch.zeros_like(ours[0, :, 2])) and ours[0, :, 1].abs().sum() > 0
+    # the causal flag builds the same mask without the empty-row guard: bit for bit the mask's result
+    assert torch.equal(attention_written_out(q, k, v, is_causal=True), attention_written_out(q, k, v, causal))
 
 
 def test_the_written_kernel_is_a_module_setting_and_the_trainer_key_is_checked():

@@ -115,7 +115,13 @@ def _softmax_and_mix(
 
 
 def attention_written_out(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, scale: float | None = None, dropout: float = 0.0
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    scale: float | None = None,
+    dropout: float = 0.0,
+    is_causal: bool = False,
 ) -> Tensor:
     """:func:`attention_reference`'s formula with the scores Q Kᵀ computed in fp32 (as SDPA's math
     kernel does) whatever the autocast dtype; softmax in fp32, the weights mix V in V's dtype.
@@ -126,7 +132,10 @@ def attention_written_out(
     the scores (forward and backward). The same scores up to the product's last bit; forward + backward of
     the demo's shapes (18 sentences × 4 heads × 54 × 54, bf16 autocast, one thread), best of 6: 2.27 against
     2.90 ms with a padding mask, 2.24 against 2.77 causal (``python bench/attention_masking.py``, AMD EPYC
-    with AVX-512-BF16)."""
+    with AVX-512-BF16).
+
+    ``is_causal=True`` (with ``mask=None``): query i sees keys j ≤ i + T_k − T_q, so no row is empty and the
+    empty-row guard (a pass over the output, forward and backward) is left out."""
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     B, h, T_q, d_k = q.shape
     T_k = k.size(-2)
@@ -135,7 +144,11 @@ def attention_written_out(
         # order, and the reshape then copies it a second time
         qf = q.float(memory_format=torch.contiguous_format).reshape(B * h, T_q, d_k)  # (B·h, T_q, d_k)
         kt = k.float(memory_format=torch.contiguous_format).reshape(B * h, T_k, d_k).transpose(1, 2)  # (B·h, d_k, T_k)
-        safe, empty = _guard_empty_rows(mask)
+        if is_causal:
+            safe = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(T_k - T_q)  # (T_q, T_k)
+            empty = None  # every row keeps its diagonal
+        else:
+            safe, empty = _guard_empty_rows(mask)
         if safe is None:
             scores = torch.bmm(qf, kt).mul_(scale)  # (B·h, T_q, T_k)
         else:
@@ -256,7 +269,7 @@ class MultiHeadAttention(nn.Module):
         """
         p = self.dropout if self.training else 0.0
         written = self.kernel == "written" and self.record is None and self.kind != "additive" and not step
-        if is_causal and (self.record is not None or self.kind == "additive" or written):
+        if is_causal and (self.record is not None or self.kind == "additive"):
             T_q, T_k = q.size(-2), k.size(-2)
             mask = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(T_k - T_q)
             is_causal = False
@@ -265,7 +278,7 @@ class MultiHeadAttention(nn.Module):
         elif self.record is not None or (step and q.device.type == "cpu"):
             out, weights = attention_reference(q, k, v, mask, self.scale, p)
         elif written:
-            out, weights = attention_written_out(q, k, v, mask, self.scale, p), None
+            out, weights = attention_written_out(q, k, v, mask, self.scale, p, is_causal), None
         else:
             out, weights = attention_fast(q, k, v, mask, self.scale, p, is_causal), None
         if self.record is not None:
