@@ -4,7 +4,7 @@ One training step = transduce's trainer update (:class:`transduce.train.step.Ste
 label-smoothed cross-entropy ε = 0.1 on the non-pad positions, backward, Adam β = (0.9, 0.98),
 ε = 1e-9, the paper's schedule) for BOTH models, so only the model differs. Both start from the same
 weights (:func:`peer.copy_weights`) and see the same Multi30k batches; transduce runs with its trainer's
-default ``fast_dropout``, the peer keeps ``nn.Dropout`` as a user would. Timed runs alternate A B A B ... and the medians
+default CPU kernels (``fast_dropout``, the C++ residual connection), the peer keeps ``nn.Dropout`` as a user would. Timed runs alternate A B A B ... and the medians
 are compared. Model FLOPs per target token are counted once with FlopCounterMode (attention through
 the math kernel so that its matmuls are seen; dense attention, masked positions included).
 
@@ -26,6 +26,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transduce.data.batching import Batch
 from transduce.model import ModelConfig, Transformer
 from transduce.train.dropout import use_fast_dropout
+from transduce.train.residual import use_native_residual
 from transduce.train.schedule import Schedule
 from transduce.train.step import Stepper
 
@@ -41,6 +42,7 @@ def build_models(preset: str, vocab_size: int, seed: int = 1) -> dict[str, torch
     peer = PeerTransformer(cfg)
     copy_weights(peer, ours)
     use_fast_dropout(ours)
+    use_native_residual(ours)  # the trainer's CPU kernels: C++ dropout and LayerNorm(x + Dropout(y))
     return {"transduce": ours.train(), "nn.Transformer": peer.train()}
 
 

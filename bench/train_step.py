@@ -22,6 +22,7 @@ from transduce.model import ModelConfig, Transformer
 from transduce.train.dropout import use_fast_dropout
 from transduce.train.loss import SmoothedLoss
 from transduce.train.rdrop import RDrop
+from transduce.train.residual import use_native_residual
 from transduce.train.schedule import Schedule
 from transduce.train.step import Stepper
 
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sdpa", default="auto", choices=["auto", "written", "default", "math"])
     p.add_argument("--loss-kernel", default="native", choices=["native", "tensor"], help="train.loss_kernel")
     p.add_argument("--dropout-kernel", default="native", choices=["native", "tensor"], help="train.dropout_kernel")
+    p.add_argument("--residual-kernel", default="native", choices=["native", "tensor"], help="train.residual_kernel")
     p.add_argument("--rdrop-alpha", type=float, default=0.0, help="R-Drop (each batch twice + alpha x KL)")
     p.add_argument(
         "--passes",
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> None:
     model = Transformer(cfg).train()
     if not args.plain_dropout:
         use_fast_dropout(model, native=args.dropout_kernel == "native")
+        if args.dropout_kernel == "native" and args.residual_kernel == "native":  # as transduce.train.kernels
+            use_native_residual(model)
     opt = torch.optim.Adam(
         model.parameters(), betas=(0.9, 0.98), eps=1e-9, fused=args.adam == "fused", foreach=args.adam == "foreach"
     )

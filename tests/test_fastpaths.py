@@ -190,6 +190,7 @@ def test_training_kernels_from_the_config(monkeypatch):
     monkeypatch.setattr(dropout, "extension", lambda: object())
     fast = for_training(cfg, CPU)
     assert (fast.attention.name, fast.loss.name, fast.dropout.name) == ("written", "native", "native")
+    assert fast.residual.name == "native"  # post-norm's connection draws the C++ dropout's mask
     assert fast.allocator.name in ("malloc", "jemalloc") and fast.decoder is None
     cfg = build(
         TrainConfig,
@@ -197,6 +198,7 @@ def test_training_kernels_from_the_config(monkeypatch):
     )
     fast = for_training(cfg, CPU)
     assert (fast.attention.name, fast.loss.name, fast.dropout.name) == ("math", "tensor", "torch")
+    assert fast.residual.name == "tensor"
     monkeypatch.setattr(native_loss, "extension", lambda: None)
     assert for_training(build(TrainConfig, {"data": "d", "out": "o"}), CPU).loss.name == "tensor"
     with pytest.raises(ConfigError, match="loss_kernel"):

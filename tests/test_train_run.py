@@ -153,7 +153,13 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(data_dir, tmp_path):
     assert proc.returncode == 0, err
     assert "SIGTERM received" in out
     line = next(x for x in out.splitlines() if x.startswith("fast paths: "))  # one line says what runs
-    assert "attention=" in line and "; loss=" in line and "; dropout=" in line and "; allocator=" in line
+    assert (
+        "attention=" in line
+        and "; loss=" in line
+        and "; dropout=" in line
+        and "; residual=" in line
+        and "; allocator=" in line
+    )
     last = list_checkpoints(tmp_path / "run" / "checkpoints")[-1]
     stopped_at = int(last.name.split("_")[1])
     assert 3 <= stopped_at < 10_000 and f"stopped at step {stopped_at}" in out

@@ -32,7 +32,8 @@ class FastPaths:
 
     attention: training's full-sequence attention ("written" = the formula with fp32 scores, or an SDPA
     kernel: "default", "math", "flash", "efficient"); loss: "native" (C++ block kernel) or "tensor";
-    dropout: "native", "tensor" (FastDropout's tensor ops) or "torch" (``nn.Dropout``); muon: the
+    dropout: "native", "tensor" (FastDropout's tensor ops) or "torch" (``nn.Dropout``); residual: post-norm's
+    sub-layer connection, "native" (one C++ kernel) or "tensor" (the modules); muon: the
     dtype of Muon's Newton-Schulz iterations ("fp32" or "bf16"), in a run that uses Muon; allocator: "jemalloc"
     or "malloc"; decoder: one of :data:`transduce.backends.BACKENDS`; simd: the SIMD level the C++ kernels
     are built for (:func:`simd_choice`), where one runs; onednn_cache: how many oneDNN primitives (PyTorch's bf16
@@ -42,6 +43,7 @@ class FastPaths:
     attention: Choice | None = None
     loss: Choice | None = None
     dropout: Choice | None = None
+    residual: Choice | None = None
     muon: Choice | None = None
     allocator: Choice | None = None
     decoder: Choice | None = None

@@ -17,6 +17,10 @@ class Residual(nn.Module):
     * post-norm (the paper, §3.1 and §5.4): ``LayerNorm(x + Dropout(Sublayer(x)))``
     * pre-norm (tensor2tensor's later default): ``x + Dropout(Sublayer(LayerNorm(x)))``;
       the stack then ends with a final LayerNorm (see :class:`~transduce.model.transformer.Encoder`).
+
+    ``fused``: a function computing post-norm's ``norm(x + dropout(y))`` in training, given
+    ``(x, y, norm, dropout)``; None = the modules. Training on CPU sets it to a C++ kernel
+    (:func:`transduce.train.residual.use_native_residual`).
     """
 
     def __init__(self, d_model: int, dropout: float, norm: str, eps: float):
@@ -24,11 +28,14 @@ class Residual(nn.Module):
         self.norm = nn.LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
         self.pre_norm = norm == "pre"
+        self.fused: Callable[[Tensor, Tensor, nn.LayerNorm, nn.Module], Tensor] | None = None
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         """x: (B, T, d_model) -> (B, T, d_model)."""
         if self.pre_norm:
             return x + self.dropout(sublayer(self.norm(x)))
+        if self.fused is not None and self.training:
+            return self.fused(x, sublayer(x), self.norm, self.dropout)
         return self.norm(x + self.dropout(sublayer(x)))
 
 

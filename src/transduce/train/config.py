@@ -73,6 +73,8 @@ class TrainConfig:
     # "native" = that or an error, "tensor" = the tensor ops (the readable reference)
     loss_kernel: Literal["auto", "native", "tensor"] = "auto"
     dropout_kernel: Literal["auto", "native", "tensor"] = "auto"
+    # post-norm's LayerNorm(x + Dropout(sublayer)): "auto" = one C++ pass each way where the dropout is the C++ one
+    residual_kernel: Literal["auto", "native", "tensor"] = "auto"
     # Muon's Newton-Schulz iterations: "auto" = the run's dtype (bf16 in a bf16 run, as torch's Muon; fp32 in an
     # fp32 run, whose CPU may emulate bf16 ~20x slower), or "fp32" / "bf16"
     muon_dtype: Literal["auto", "fp32", "bf16"] = "auto"

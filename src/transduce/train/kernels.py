@@ -1,7 +1,7 @@
 """Which kernel runs each hot part of training, chosen from ``[train]``'s kernel keys and the hardware.
 
 :func:`for_training` gives the trainer its :class:`~transduce.fastpaths.FastPaths` (attention, loss, dropout,
-Muon's dtype, allocator), each choice with its reason, logged in one line at the start of the run.
+residual connection, Muon's dtype, allocator), each choice with its reason, logged in one line at the start of the run.
 """
 
 from __future__ import annotations
@@ -74,9 +74,23 @@ def onednn_cache_choice(device, dtype: str) -> Choice | None:
     return Choice(value, "ONEDNN_PRIMITIVE_CACHE_CAPACITY: one built matmul per shape, kept")
 
 
+def residual_choice(asked: str, dropout: Choice) -> Choice:
+    """The post-norm sub-layer connection's kernel for ``train.residual_kernel`` = ``asked``: "native" (one C++
+    pass each way, :mod:`transduce.train.residual`) where the run's dropout is the C++ one, whose mask it draws,
+    else "tensor" (the modules)."""
+    if asked == "tensor":
+        return Choice("tensor", "train.residual_kernel = 'tensor'")
+    if dropout.name != "native":
+        if asked == "native":
+            raise ConfigError(f"key 'residual_kernel': 'native' needs the C++ dropout; the run's is {dropout}")
+        return Choice("tensor", f"the dropout is {dropout.name}, not the C++ one")
+    why = "C++ LayerNorm(x + Dropout(y)) on CPU"
+    return Choice("native", why + ("" if asked == "native" else "; train.residual_kernel = 'tensor' for the modules"))
+
+
 def for_training(cfg: Any, device) -> FastPaths:
     """The kernels a training run uses, from ``cfg``'s ``attention_kernel``, ``loss_kernel``,
-    ``dropout_kernel``, ``fast_dropout``, ``optimizer``, ``muon_dtype`` and ``dtype`` (resolved) and the
+    ``dropout_kernel``, ``residual_kernel``, ``fast_dropout``, ``optimizer``, ``muon_dtype`` and ``dtype`` (resolved) and the
     device."""
     attention = attention_choice(cfg.attention_kernel, device)
     loss = _native_kernel("loss_kernel", cfg.loss_kernel, device, native_loss.extension, "loss")
@@ -86,12 +100,14 @@ def for_training(cfg: Any, device) -> FastPaths:
         drop = Choice("torch", f"FastDropout uses F.dropout on {device.type}")
     else:
         drop = _native_kernel("dropout_kernel", cfg.dropout_kernel, device, dropout_.extension, "dropout")
+    residual = residual_choice(cfg.residual_kernel, drop)
     simd = simd_choice() if "native" in (loss.name, drop.name) else None
     muon = muon_choice(cfg.muon_dtype, cfg.dtype) if cfg.optimizer == "muon" else None
     return FastPaths(
         attention=attention,
         loss=loss,
         dropout=drop,
+        residual=residual,
         muon=muon,
         allocator=allocator_choice(),
         simd=simd,

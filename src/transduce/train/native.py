@@ -1,6 +1,7 @@
 """The training step's C++ kernels, one extension: ``native_train.cpp``, which holds the loss of a block of logit
-rows (``native_loss.h``, used by :mod:`~transduce.train.native_loss`) and dropout (``native_dropout.h``, used by
-:mod:`~transduce.train.dropout`). One build parses ATen's headers once for both (19 s on a 2-core AMD EPYC, where
+rows (``native_loss.h``, used by :mod:`~transduce.train.native_loss`), dropout (``native_dropout.h``, used by
+:mod:`~transduce.train.dropout`) and the post-norm sub-layer connection (``native_residual.h``, used by
+:mod:`~transduce.train.residual`). One build parses ATen's headers once for both (19 s on a 2-core AMD EPYC, where
 two extensions that included ``torch/extension.h`` took 49 s each), then it is cached under
 ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``."""
 
@@ -13,7 +14,7 @@ from ..cpp import build
 
 HERE = Path(__file__).parent
 SOURCE = HERE / "native_train.cpp"
-HEADERS = (HERE / "native_loss.h", HERE / "native_dropout.h", HERE / "bf16.h")
+HEADERS = (HERE / "native_loss.h", HERE / "native_dropout.h", HERE / "native_residual.h", HERE / "bf16.h")
 
 
 @functools.cache
@@ -22,7 +23,9 @@ def extension():
     return build(
         "transduce_native_train",
         SOURCE,
-        "the C++ training kernels (loss and dropout)",
-        "training uses the tensor-op loss and dropout",
+        "the C++ training kernels (loss, dropout, residual)",
+        "training uses the tensor-op loss, dropout and residual",
         headers=HEADERS,
+        flags=("-O3", "-ffast-math", "-fopenmp"),  # at::parallel_for runs on torch's threads only under OpenMP
+        ldflags=("-fopenmp",),
     )

@@ -53,6 +53,7 @@ from .log import RunLog
 from .loss import SmoothedLoss
 from .optim import build_optimizer
 from .rdrop import RDrop
+from .residual import use_native_residual
 from .schedule import Schedule
 from .step import Stepper, UpdateStats, resolve_dtype
 from .validate import bleu_hook, valid_loss
@@ -114,6 +115,8 @@ class Trainer:
             print(self.fast.line(), flush=True)
         if cfg.fast_dropout:
             use_fast_dropout(self.model, native=self.fast.dropout.name == "native")
+        if self.fast.residual.name == "native":
+            use_native_residual(self.model)
         self.model.train()
         self.late_dropout = LateDropout(self.model, cfg.dropout_from) if cfg.dropout_from > 0 else None
         self.optimizer = build_optimizer(
