@@ -180,6 +180,16 @@ def test_written_out_attention_masks_inside_the_score_product_as_the_reference_m
     assert torch.equal(ours[0, :, 2], torch.zeros_like(ours[0, :, 2])) and ours[0, :, 1].abs().sum() > 0
     # the causal flag builds the same mask without the empty-row guard: bit for bit the mask's result
     assert torch.equal(attention_written_out(q, k, v, is_causal=True), attention_written_out(q, k, v, causal))
+    # more queries than keys: the first rows see no key and are guarded (zeros, as the reference)
+    q7 = torch.randn(2, 3, 7, 8)
+    ours, (reference, _) = (
+        attention_written_out(q7, k, v, is_causal=True),
+        attention_reference(q7, k, v, torch.ones(7, 6, dtype=torch.bool).tril(-1)),
+    )
+    assert torch.equal(ours[:, :, 0], torch.zeros_like(ours[:, :, 0]))
+    torch.testing.assert_close(ours, reference, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="not both"):
+        attention_written_out(q, k, v, causal, is_causal=True)
 
 
 def test_the_written_kernel_is_a_module_setting_and_the_trainer_key_is_checked():

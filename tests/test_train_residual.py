@@ -13,7 +13,7 @@ from transduce.fastpaths import Choice
 from transduce.model import ModelConfig, Transformer
 from transduce.model.layers import Residual
 from transduce.train import residual
-from transduce.train.dropout import use_fast_dropout
+from transduce.train.dropout import FastDropout, use_fast_dropout
 from transduce.train.kernels import residual_choice
 from transduce.train.native import extension
 from transduce.train.residual import use_native_residual
@@ -100,16 +100,17 @@ def test_a_connection_with_the_kernel_matches_the_modules_and_draws_the_same_mas
     a, b = pair()
     use_native_residual(b)
     w = torch.randn(32, 32)
-    outs, grads = [], []
+    outs, grads, states = [], [], []
     for m in (a, b):
         torch.manual_seed(5)
         x = torch.randn(4, 7, 32, requires_grad=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             z = m(x, lambda h: h @ w)  # a sub-layer: bf16 under autocast
+        states.append(torch.get_rng_state())  # as many draws from torch's generator: a resumed run repeats them
         z.backward(torch.linspace(-1, 1, z.numel()).view_as(z))
         outs.append(z)
         grads.append([x.grad, m.norm.weight.grad, m.norm.bias.grad])
-    assert outs[1].dtype == outs[0].dtype == torch.float32
+    assert outs[1].dtype == outs[0].dtype == torch.float32 and torch.equal(states[0], states[1])
     # the modules round the dropped-and-scaled bf16 output to bf16 once more; the kernel scales in fp32
     tolerance = dict(atol=3e-2, rtol=3e-2) if autocast else dict(atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(outs[1], outs[0], **tolerance)
@@ -140,12 +141,25 @@ def test_only_post_norm_connections_take_the_kernel():
     assert use_native_residual(Transformer(ModelConfig(**tiny, norm="pre"))) == 0
 
 
-def test_tensors_the_kernel_does_not_take_go_through_the_modules(monkeypatch):
+def test_what_the_kernel_does_not_take_goes_through_the_modules(monkeypatch):
+    """In training, each of: an fp64 stream, an fp16 or strided sub-layer output, a dropout that is not the C++ one
+    (its mask and draws differ), a norm without an affine part."""
     monkeypatch.setattr(residual, "extension", lambda: pytest.fail("the kernel was called"))
     a, _ = pair()
-    x = torch.randn(2, 3, 32, dtype=torch.float64)
-    z = residual.residual_norm(x, x, a.norm.double(), a.dropout.eval())
-    torch.testing.assert_close(z, a.norm(2 * x))
+    norm, drop = a.norm, a.dropout.train()
+    x = torch.randn(2, 3, 32)
+    cases = [
+        (x.double(), x.double(), torch.nn.LayerNorm(32).double(), drop),
+        (x, x.half(), norm, drop),
+        (x, torch.randn(2, 32, 3).transpose(1, 2), norm, drop),
+        (x, x, norm, torch.nn.Dropout(0.3)),
+        (x, x, norm, FastDropout(0.3, native=False)),
+        (x, x, torch.nn.LayerNorm(32, elementwise_affine=False), drop),
+    ]
+    for stream, y, n, d in cases:
+        assert residual.residual_norm(stream, y, n, d.train()).shape == stream.shape
+    drop.p = 0.0  # the modules' result, exactly
+    torch.testing.assert_close(residual.residual_norm(x, x.half(), norm, drop), norm(x + x.half()))
 
 
 def test_the_choice_follows_the_dropout():

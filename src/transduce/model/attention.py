@@ -134,8 +134,8 @@ def attention_written_out(
     2.90 ms with a padding mask, 2.24 against 2.77 causal (``python bench/attention_masking.py``, AMD EPYC
     with AVX-512-BF16).
 
-    ``is_causal=True`` (with ``mask=None``): query i sees keys j ≤ i + T_k − T_q, so no row is empty and the
-    empty-row guard (a pass over the output, forward and backward) is left out."""
+    ``is_causal=True`` (with ``mask=None``): query i sees keys j ≤ i + T_k − T_q; with T_k ≥ T_q no row is
+    empty and the empty-row guard (a pass over the output, forward and backward) is left out."""
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     B, h, T_q, d_k = q.shape
     T_k = k.size(-2)
@@ -144,10 +144,14 @@ def attention_written_out(
         # order, and the reshape then copies it a second time
         qf = q.float(memory_format=torch.contiguous_format).reshape(B * h, T_q, d_k)  # (B·h, T_q, d_k)
         kt = k.float(memory_format=torch.contiguous_format).reshape(B * h, T_k, d_k).transpose(1, 2)  # (B·h, d_k, T_k)
-        if is_causal:
+        if is_causal and mask is not None:
+            raise ValueError("attention_written_out: give a mask or is_causal, not both")
+        if is_causal and T_k >= T_q:
             safe = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(T_k - T_q)  # (T_q, T_k)
             empty = None  # every row keeps its diagonal
         else:
+            if is_causal:  # more queries than keys: the first T_q − T_k rows see nothing and are guarded
+                mask = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(T_k - T_q)
             safe, empty = _guard_empty_rows(mask)
         if safe is None:
             scores = torch.bmm(qf, kt).mul_(scale)  # (B·h, T_q, T_k)

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from ..model.layers import Residual
+from .dropout import FastDropout
 from .native import extension
 
 
@@ -38,6 +40,7 @@ class _ResidualNorm(torch.autograd.Function):
         return z.view(x.shape)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad: Tensor):
         xhat, rstd, weight = ctx.saved_tensors
         d = grad.size(-1)
@@ -49,9 +52,13 @@ class _ResidualNorm(torch.autograd.Function):
 
 def residual_norm(x: Tensor, y: Tensor, norm: nn.LayerNorm, dropout: nn.Module) -> Tensor:
     """``norm(x + dropout(y))``: x (B, T, d) the stream, y (B, T, d) the sub-layer's output. The C++ kernel where
-    it takes the tensors (CPU, x fp32, y fp32 or bf16, an affine norm, training), else those modules."""
+    it takes the tensors (CPU, x fp32, y fp32 or bf16, an affine norm, training) and the dropout is the C++ one
+    (:class:`~transduce.train.dropout.FastDropout` with ``native``), whose mask and draws it repeats; else those
+    modules."""
     takes = (
-        dropout.training
+        isinstance(dropout, FastDropout)
+        and dropout.native
+        and dropout.training
         and x.device.type == "cpu"
         and x.dtype == torch.float32
         and y.dtype in (torch.float32, torch.bfloat16)
