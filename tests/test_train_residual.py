@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -169,3 +170,23 @@ def test_the_choice_follows_the_dropout():
     assert residual_choice("auto", tensor).name == "tensor"
     with pytest.raises(ConfigError, match="residual_kernel"):
         residual_choice("native", tensor)
+
+
+def test_a_compiler_without_openmp_still_builds_the_kernels(monkeypatch):
+    """Apple's clang has no -fopenmp: the training kernels are built without it, with no warning about the first try."""
+    from transduce.train import native
+
+    def build(name, source, what, fallback, headers, flags, ldflags=()):
+        if "-fopenmp" in flags:
+            warnings.warn("no OpenMP", RuntimeWarning)
+            return None
+        return "built"
+
+    monkeypatch.setattr(native, "build", build)
+    native.extension.cache_clear()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert native.extension() == "built"
+    finally:
+        native.extension.cache_clear()

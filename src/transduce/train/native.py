@@ -8,6 +8,7 @@ two extensions that included ``torch/extension.h`` took 49 s each), then it is c
 from __future__ import annotations
 
 import functools
+import warnings
 from pathlib import Path
 
 from ..cpp import build
@@ -17,15 +18,21 @@ SOURCE = HERE / "native_train.cpp"
 HEADERS = (HERE / "native_loss.h", HERE / "native_dropout.h", HERE / "native_residual.h", HERE / "bf16.h")
 
 
+FLAGS = ("-O3", "-ffast-math")
+OPENMP = ("-fopenmp",)  # at::parallel_for runs on torch's threads only when the kernels are built with OpenMP
+
+
 @functools.cache
 def extension():
-    """The compiled extension module, or None (with a warning saying why) if it cannot be built."""
-    return build(
+    """The compiled extension module, or None (with a warning saying why) if it cannot be built. With OpenMP where
+    the compiler has it, else (Apple's clang) the same kernels on one thread."""
+    args = (
         "transduce_native_train",
         SOURCE,
         "the C++ training kernels (loss, dropout, residual)",
         "training uses the tensor-op loss, dropout and residual",
-        headers=HEADERS,
-        flags=("-O3", "-ffast-math", "-fopenmp"),  # at::parallel_for runs on torch's threads only under OpenMP
-        ldflags=("-fopenmp",),
     )
+    with warnings.catch_warnings(record=True):  # a failure is told by the build without OpenMP, if that fails too
+        warnings.simplefilter("always")
+        built = build(*args, headers=HEADERS, flags=(*FLAGS, *OPENMP), ldflags=OPENMP)
+    return built if built is not None else build(*args, headers=HEADERS, flags=FLAGS)
