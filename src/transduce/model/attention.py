@@ -30,6 +30,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def causal_mask(T_q: int, T_k: int, device) -> Tensor:
+    """(T_q, T_k) bool: query i (the last T_q of T_k positions) may attend to keys j ≤ i + T_k − T_q."""
+    return torch.ones(T_q, T_k, dtype=torch.bool, device=device).tril(T_k - T_q)
+
+
 def _guard_empty_rows(mask: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
     """Let fully-masked rows attend everywhere (so no NaN), and return them to zero later.
 
@@ -144,15 +149,12 @@ def attention_written_out(
         # order, and the reshape then copies it a second time
         qf = q.float(memory_format=torch.contiguous_format).reshape(B * h, T_q, d_k)  # (B·h, T_q, d_k)
         kt = k.float(memory_format=torch.contiguous_format).reshape(B * h, T_k, d_k).transpose(1, 2)  # (B·h, d_k, T_k)
-        if is_causal and mask is not None:
-            raise ValueError("attention_written_out: give a mask or is_causal, not both")
-        if is_causal and T_k >= T_q:
-            safe = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(T_k - T_q)  # (T_q, T_k)
-            empty = None  # every row keeps its diagonal
-        else:
-            if is_causal:  # more queries than keys: the first T_q − T_k rows see nothing and are guarded
-                mask = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(T_k - T_q)
-            safe, empty = _guard_empty_rows(mask)
+        if is_causal:
+            if mask is not None:
+                raise ValueError("attention_written_out: give a mask or is_causal, not both")
+            mask = causal_mask(T_q, T_k, q.device)
+        # a causal row keeps its diagonal when T_k ≥ T_q; with more queries the first T_q − T_k are guarded
+        safe, empty = (mask, None) if is_causal and T_k >= T_q else _guard_empty_rows(mask)
         if safe is None:
             scores = torch.bmm(qf, kt).mul_(scale)  # (B·h, T_q, T_k)
         else:
@@ -274,9 +276,7 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         written = self.kernel == "written" and self.record is None and self.kind != "additive" and not step
         if is_causal and (self.record is not None or self.kind == "additive"):
-            T_q, T_k = q.size(-2), k.size(-2)
-            mask = torch.ones(T_q, T_k, dtype=torch.bool, device=q.device).tril(T_k - T_q)
-            is_causal = False
+            mask, is_causal = causal_mask(q.size(-2), k.size(-2), q.device), False
         if self.kind == "additive":
             out, weights = _softmax_and_mix(self.additive(q, k), v, mask, p)
         elif self.record is not None or (step and q.device.type == "cpu"):

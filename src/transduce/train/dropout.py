@@ -29,13 +29,18 @@ from ..model.attention import MultiHeadAttention
 from .native import extension
 
 
+def draw_seed() -> int:
+    """A C++ mask's seed, one draw from torch's CPU generator (so a checkpoint that saves its state resumes the
+    same masks)."""
+    return int(torch.empty((), dtype=torch.int64).random_())
+
+
 class _NativeDropout(torch.autograd.Function):
     """x · keep · scale in C++, keep a function of (seed, index); the backward pass applies the same mask."""
 
     @staticmethod
     def forward(ctx, x: Tensor, p: float) -> Tensor:
-        seed = int(torch.empty((), dtype=torch.int64).random_())  # torch's CPU generator: resumable
-        ctx.args = (seed, round(p * 32768), 1.0 / (1.0 - p))
+        ctx.args = (draw_seed(), round(p * 32768), 1.0 / (1.0 - p))
         return extension().dropout(x.contiguous(), *ctx.args)
 
     @staticmethod

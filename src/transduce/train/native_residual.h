@@ -145,17 +145,18 @@ std::tuple<Tensor, Tensor, Tensor> residual_norm(const Tensor& x, const Tensor& 
   check_rows(gamma.view({1, -1}), "gamma", 1, d);
   check_rows(beta.view({1, -1}), "beta", 1, d);
   Tensor z = at::empty_like(x), xhat = at::empty_like(x), rstd = at::empty({rows}, x.options());
-  const auto args = std::make_tuple(static_cast<float>(eps), static_cast<uint64_t>(seed),
-                                    static_cast<uint32_t>(threshold), static_cast<float>(scale));
+  const auto e = static_cast<float>(eps);
+  const auto s = static_cast<uint64_t>(seed);
+  const auto t = static_cast<uint32_t>(threshold);
+  const auto sc = static_cast<float>(scale);
   const float *xp = x.data_ptr<float>(), *gp = gamma.data_ptr<float>(), *bp = beta.data_ptr<float>();
   float *zp = z.data_ptr<float>(), *hp = xhat.data_ptr<float>(), *rp = rstd.data_ptr<float>();
   if (y.scalar_type() == at::kFloat) {
-    residual_rows(xp, y.data_ptr<float>(), gp, bp, zp, hp, rp, rows, d, std::get<0>(args), std::get<1>(args),
-                  std::get<2>(args), std::get<3>(args));
+    residual_rows(xp, y.data_ptr<float>(), gp, bp, zp, hp, rp, rows, d, e, s, t, sc);
   } else {
     TORCH_CHECK(y.scalar_type() == at::kBFloat16, "native residual: y must be fp32 or bf16, got ", y.scalar_type());
-    residual_rows(xp, reinterpret_cast<const uint16_t*>(y.data_ptr<at::BFloat16>()), gp, bp, zp, hp, rp, rows, d,
-                  std::get<0>(args), std::get<1>(args), std::get<2>(args), std::get<3>(args));
+    residual_rows(xp, reinterpret_cast<const uint16_t*>(y.data_ptr<at::BFloat16>()), gp, bp, zp, hp, rp, rows, d, e,
+                  s, t, sc);
   }
   return {z, xhat, rstd};
 }
@@ -169,6 +170,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> residual_norm_backward(const Tensor& 
   TORCH_CHECK(g.scalar_type() == at::kFloat, "native residual: the gradient must be fp32");
   check_rows(g, "the gradient", rows, d);
   check_rows(xhat, "x̂", rows, d);
+  check_rows(rstd.view({-1, 1}), "rstd", rows, 1);
   Tensor dx = at::empty_like(g);
   Tensor dy = at::empty_like(g, y_bf16 ? g.options().dtype(at::kBFloat16) : g.options());
   const int64_t blocks = (rows + kBlock - 1) / kBlock;

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from ..model.layers import Residual
-from .dropout import FastDropout
+from .dropout import FastDropout, draw_seed
 from .native import extension
 
 
@@ -29,8 +29,7 @@ class _ResidualNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, y: Tensor, weight: Tensor, bias: Tensor, eps: float, p: float) -> Tensor:
-        seed = int(torch.empty((), dtype=torch.int64).random_()) if p > 0 else 0  # torch's generator: resumable
-        ctx.args = (seed, round(p * 32768), 1.0 / (1.0 - p))
+        ctx.args = (draw_seed() if p > 0 else 0, round(p * 32768), 1.0 / (1.0 - p))  # as FastDropout draws
         ctx.y_bf16 = y.dtype == torch.bfloat16
         d = x.size(-1)
         z, xhat, rstd = extension().residual_norm(
