@@ -63,7 +63,7 @@ def part_train(args, batches, vocab_size: int) -> str:
         f"tokens in all (~{tokens // len(batches):,} per batch), {args.repeats} alternating timed runs per "
         "model after one warm-up run. Both models: the same weights, batches and trainer update "
         "(`transduce.train.step.Stepper`: label-smoothed CE ε = 0.1 on non-pad positions, "
-        "Adam β = (0.9, 0.98), ε = 1e-9). GEMM peak: best 1024³ matmul in the same process. "
+        "Adam β = (0.9, 0.98), ε = 1e-9). GEMM peak: the best 1024³ or 2048³ matmul in the same process. "
         "MFU = tok/s × FLOPs/token ÷ peak. Spread = ±half the (max − min) / median of the timed runs.\n\n"
     )
     text += throughput_table(results) + "\n\n" + targets(results) + "\n"

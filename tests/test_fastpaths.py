@@ -183,13 +183,14 @@ def test_check_backends_writes_a_record_that_load_then_uses(model_dir, capsys):
 
 
 def test_training_kernels_from_the_config(monkeypatch):
-    from transduce.train import dropout, native_loss
+    from transduce.train import dropout, native, native_loss
 
     cfg = build(TrainConfig, {"data": "d", "out": "o"})
     monkeypatch.setattr(native_loss, "extension", lambda: object())
     monkeypatch.setattr(dropout, "extension", lambda: object())
+    monkeypatch.setattr(native, "extension", lambda: object())
     fast = for_training(cfg, CPU)
-    assert (fast.attention.name, fast.loss.name, fast.dropout.name) == ("written", "native", "native")
+    assert (fast.attention.name, fast.loss.name, fast.dropout.name) == ("native", "native", "native")
     assert fast.residual.name == "native"  # post-norm's connection draws the C++ dropout's mask
     assert fast.allocator.name in ("malloc", "jemalloc") and fast.decoder is None
     cfg = build(

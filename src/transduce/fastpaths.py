@@ -30,8 +30,8 @@ class Choice:
 class FastPaths:
     """The implementations a command runs; a part it does not use is None.
 
-    attention: training's full-sequence attention ("written" = the formula with fp32 scores, or an SDPA
-    kernel: "default", "math", "flash", "efficient"); loss: "native" (C++ block kernel) or "tensor";
+    attention: training's full-sequence attention ("native" = the C++ kernel over the packed projections,
+    "written" = the formula with fp32 scores, or an SDPA kernel: "default", "math", "flash", "efficient"); loss: "native" (C++ block kernel) or "tensor";
     dropout: "native", "tensor" (FastDropout's tensor ops) or "torch" (``nn.Dropout``); residual: post-norm's
     sub-layer connection, "native" (one C++ kernel) or "tensor" (the modules); muon: the
     dtype of Muon's Newton-Schulz iterations ("fp32" or "bf16"), in a run that uses Muon; allocator: "jemalloc"

@@ -250,6 +250,10 @@ class MultiHeadAttention(nn.Module):
         self.scale = 1.0 if kind == "dot" else 1.0 / math.sqrt(self.d_k)
         self.record: list[Tensor] | None = None  # set by visualisation to collect weights
         self.kernel = "fused"  # full-sequence attention: "fused" (SDPA) or "written" (:func:`use_kernel`)
+        # training's full-sequence attention from the packed projections, ``fused(self, q_src, kv_src, mask,
+        # is_causal)`` -> merged heads (B, T_q, h·d_v), kv_src None in self-attention; None = :meth:`mix`.
+        # Training on CPU sets it to a C++ kernel (transduce.train.attention)
+        self.fused = None
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, T, h·d) -> (B, h, T, d), d = d_k for queries and keys, d_v for values."""
@@ -273,6 +277,12 @@ class MultiHeadAttention(nn.Module):
 
         ``step``: an incremental-decoding step, which takes the reference formula on CPU (module docstring).
         """
+        return self.out_proj(self.mix(q, k, v, mask, is_causal, step))
+
+    def mix(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool = False, step: bool = False
+    ) -> Tensor:
+        """The heads' attention, merged: q (B, h, T_q, d_k), k/v (B, h, T_k, d_k) -> (B, T_q, h·d_v)."""
         p = self.dropout if self.training else 0.0
         written = self.kernel == "written" and self.record is None and self.kind != "additive" and not step
         if is_causal and (self.record is not None or self.kind == "additive"):
@@ -288,8 +298,7 @@ class MultiHeadAttention(nn.Module):
         if self.record is not None:
             self.record.append(weights.detach())
         B, h, T, d_v = out.shape
-        out = out.transpose(1, 2).reshape(B, T, h * d_v)  # (B, T_q, d_model)
-        return self.out_proj(out)
+        return out.transpose(1, 2).reshape(B, T, h * d_v)  # (B, T_q, h·d_v)
 
     def forward(
         self, x: Tensor, memory: Tensor | None = None, mask: Tensor | None = None, is_causal: bool = False
@@ -298,6 +307,9 @@ class MultiHeadAttention(nn.Module):
 
         x: (B, T, d_model); memory: (B, S, d_model) for encoder–decoder attention.
         """
+        if self.fused is not None:
+            q_src, kv_src = (self.qkv_proj(x), None) if self.self_attention else (self.q_proj(x), self.kv_proj(memory))
+            return self.out_proj(self.fused(self, q_src, kv_src, mask, is_causal))
         if self.self_attention:
             q, k, v = self.project_qkv(x)
         else:

@@ -13,7 +13,7 @@ from .. import allocator
 from ..config import ConfigError
 from ..fastpaths import Choice, FastPaths, simd_choice
 from . import dropout as dropout_
-from . import native_loss
+from . import native, native_loss
 
 
 def allocator_choice() -> Choice:
@@ -42,12 +42,20 @@ def _native_kernel(key: str, asked: str, device, extension, what: str) -> Choice
 
 
 def attention_choice(name: str, device) -> Choice:
-    """Training's attention kernel for ``train.attention_kernel`` = ``name`` on ``device``."""
+    """Training's attention kernel for ``train.attention_kernel`` = ``name`` on ``device``: on CPU "native" (the C++
+    kernel over the packed projections, :mod:`transduce.train.attention`) where it builds, else "written" (the
+    formula with fp32 scores, which beats SDPA at short lengths); PyTorch's SDPA choice elsewhere."""
+    if name == "native" and device.type != "cpu":
+        raise ConfigError(f"key 'attention_kernel': 'native' is a CPU kernel; the run is on {device}")
+    if name == "native" and native.extension() is None:
+        raise ConfigError("key 'attention_kernel': the C++ attention could not be built (see the warning above)")
     if name != "auto":
         return Choice(name, f"train.attention_kernel = '{name}'")
-    if device.type == "cpu":
-        return Choice("written", "auto on CPU: the formula with fp32 scores beats SDPA at short lengths")
-    return Choice("default", f"auto on {device.type}: PyTorch's SDPA choice")
+    if device.type != "cpu":
+        return Choice("default", f"auto on {device.type}: PyTorch's SDPA choice")
+    if native.extension() is None:
+        return Choice("written", "auto on CPU without the C++ kernels: the formula with fp32 scores")
+    return Choice("native", "auto on CPU: C++ attention over the packed projections; 'written' for the formula")
 
 
 def muon_choice(name: str, dtype: str) -> Choice:

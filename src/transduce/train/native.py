@@ -1,7 +1,8 @@
 """The training step's C++ kernels, one extension: ``native_train.cpp``, which holds the loss of a block of logit
 rows (``native_loss.h``, used by :mod:`~transduce.train.native_loss`), dropout (``native_dropout.h``, used by
-:mod:`~transduce.train.dropout`) and the post-norm sub-layer connection (``native_residual.h``, used by
-:mod:`~transduce.train.residual`). One build parses ATen's headers once for both (19 s on a 2-core AMD EPYC, where
+:mod:`~transduce.train.dropout`), the post-norm sub-layer connection (``native_residual.h``, used by
+:mod:`~transduce.train.residual`) and attention over the packed projections (``native_attention.h``, used by
+:mod:`~transduce.train.attention`). One build parses ATen's headers once for all (19 s on a 2-core AMD EPYC, where
 two extensions that included ``torch/extension.h`` took 49 s each), then it is cached under
 ``TORCH_EXTENSIONS_DIR`` or ``~/.cache/torch_extensions``."""
 
@@ -15,7 +16,13 @@ from ..cpp import build
 
 HERE = Path(__file__).parent
 SOURCE = HERE / "native_train.cpp"
-HEADERS = (HERE / "native_loss.h", HERE / "native_dropout.h", HERE / "native_residual.h", HERE / "bf16.h")
+HEADERS = (
+    HERE / "native_attention.h",
+    HERE / "native_loss.h",
+    HERE / "native_dropout.h",
+    HERE / "native_residual.h",
+    HERE / "bf16.h",
+)
 
 
 FLAGS = ("-O3", "-ffast-math")
@@ -29,8 +36,8 @@ def extension():
     args = (
         "transduce_native_train",
         SOURCE,
-        "the C++ training kernels (loss, dropout, residual)",
-        "training uses the tensor-op loss, dropout and residual",
+        "the C++ training kernels (loss, dropout, residual, attention)",
+        "training uses the tensor-op loss, dropout, residual and attention",
     )
     with warnings.catch_warnings(record=True):  # a failure is told by the build without OpenMP, if that fails too
         warnings.simplefilter("always")

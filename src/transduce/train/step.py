@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..model.attention import use_kernel
+from .attention import use_native_attention
 from .distributed import Dist, all_sum, wrap
 from .kernels import attention_choice
 from .loss import SmoothedLoss
@@ -155,8 +156,8 @@ def targets(tgt: torch.Tensor, pad_id: int, count: int | None = None) -> tuple[t
 
 def attention_kernel(name: str):
     """The SDPA backend context for a resolved kernel name (:func:`transduce.train.kernels.attention_choice`):
-    "math", "flash", "efficient" = that SDPA kernel; "default" and "written" none (PyTorch's choice, or the
-    written-out formula that :class:`TrainingLoss` sets on the model's attention modules)."""
+    "math", "flash", "efficient" = that SDPA kernel; "default", "written" and "native" none (PyTorch's choice, or
+    the written-out formula or C++ kernel that :class:`TrainingLoss` sets on the model's attention modules)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     kernels = {
@@ -191,7 +192,8 @@ class TrainingLoss(nn.Module):
         super().__init__()
         self.model, self.objective, self.device, self.dtype = model, objective, device, dtype
         self.kernel = attention_choice(kernel, device).name  # training's attention (transduce.train.kernels)
-        use_kernel(model, "written" if self.kernel == "written" else "fused")
+        use_kernel(model, "written" if self.kernel in ("written", "native") else "fused")  # "native" falls back to it
+        use_native_attention(model, self.kernel == "native")
 
     @property
     def copies(self) -> int:
