@@ -190,7 +190,7 @@ def test_training_kernels_from_the_config(monkeypatch):
     monkeypatch.setattr(dropout, "extension", lambda: object())
     monkeypatch.setattr(native, "extension", lambda: object())
     fast = for_training(cfg, CPU)
-    assert (fast.attention.name, fast.loss.name, fast.dropout.name) == ("native", "native", "native")
+    assert (fast.attention.name, fast.loss.name, fast.dropout.name) == ("written", "native", "native")
     assert fast.residual.name == "native"  # post-norm's connection draws the C++ dropout's mask
     assert fast.allocator.name in ("malloc", "jemalloc") and fast.decoder is None
     cfg = build(

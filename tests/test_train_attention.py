@@ -151,11 +151,11 @@ def test_falls_back_to_the_modules_where_the_kernel_does_not_take(monkeypatch):
 
 
 def test_the_choice_and_the_model_settings(monkeypatch):
-    """auto on CPU = native where the extension builds, else written; native asked where it cannot run is an
-    error naming the key; a whole model's attention modules get it and lose it again."""
+    """auto on CPU = written (native is asked for by name); native asked where it cannot run is an error naming the
+    key; a whole model's attention modules get it and lose it again."""
     monkeypatch.setattr(native, "extension", lambda: object())
-    assert attention_choice("auto", CPU).name == "native"
-    assert attention_choice("written", CPU).name == "written"
+    assert attention_choice("auto", CPU).name == "written"
+    assert attention_choice("native", CPU).name == "native"
     assert attention_choice("auto", torch.device("cuda")).name == "default"
     with pytest.raises(ConfigError, match="attention_kernel"):
         attention_choice("native", torch.device("cuda"))

@@ -65,10 +65,10 @@ class TrainConfig:
     # R-Drop (train/rdrop.py): each batch twice under two dropout masks, + alpha x their symmetric KL; 0 = off
     rdrop_alpha: float = 0.0
     # the fast paths (transduce/train/kernels.py; the run's log says which ran and why, in one line).
-    # attention in training: "auto" = on CPU the C++ kernel over the packed projections where it builds
-    # (train/attention.py), else the written-out formula with fp32 scores (model/attention.py: faster than SDPA's
-    # kernels for short sentences, forward + backward), and PyTorch's SDPA choice on CUDA; "native" = the C++
-    # kernel or an error, "written", or an SDPA kernel by name
+    # attention in training: "auto" = the written-out formula with fp32 scores on CPU (model/attention.py:
+    # faster than SDPA's kernels for short sentences, forward + backward) and PyTorch's SDPA choice on CUDA;
+    # "native" = the C++ kernel over the packed projections (train/attention.py: less memory, the same speed so
+    # far) or an error, "written", or an SDPA kernel by name
     attention_kernel: Literal["auto", "native", "written", "math", "flash", "efficient", "default"] = "auto"
     # the loss and the CPU dropout: "auto" = the C++ kernel on CPU where it builds (same arithmetic, faster),
     # "native" = that or an error, "tensor" = the tensor ops (the readable reference)
