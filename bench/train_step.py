@@ -115,11 +115,13 @@ def main(argv: list[str] | None = None) -> None:
 
     for number in range(1, args.passes + 1):
         tokens, seconds, cpu = 0, 0.0, 0.0
+        faults = minor_faults()
         for i, batch in enumerate(timed):
             start, start_cpu = time.perf_counter(), time.process_time()
             tokens += stepper.update([batch], 100 + i).tokens
             seconds += time.perf_counter() - start
             cpu += time.process_time() - start_cpu
+        faults = (minor_faults() - faults) / len(timed)
         name = args.preset + "".join(f" {key}={value}" for key, value in shape.items())
         print(
             f"{name} {args.dtype} threads={args.threads} dropout={'plain' if args.plain_dropout else 'fast'}"
@@ -127,9 +129,18 @@ def main(argv: list[str] | None = None) -> None:
             f"{tokens / seconds:.0f} target tokens/s wall, {tokens / cpu * args.threads:.0f} per {args.threads} "
             f"CPU-seconds ({len(timed)} updates of ~{tokens // len(timed)} tokens, {seconds:.1f} s; "
             f"adam={args.adam} sdpa={args.sdpa} loss={args.loss_kernel} dropout={args.dropout_kernel} "
-            f"malloc={'jemalloc' if loaded() else 'libc'}; peak resident {max_resident_mb():.0f} MB)",
+            f"malloc={'jemalloc' if loaded() else 'libc'}; {faults:,.0f} page faults per update; "
+            f"peak resident {max_resident_mb():.0f} MB)",
             flush=True,
         )
+
+
+def minor_faults() -> int:
+    """The process's minor page faults so far: pages the kernel mapped in on first touch (memory the allocator
+    gave back and took again, each fault a few microseconds of system time)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def max_resident_mb() -> float:
