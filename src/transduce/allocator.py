@@ -1,13 +1,12 @@
-"""jemalloc for CPU training: the training commands re-run themselves with it preloaded, on CPUs where it wins.
+"""jemalloc for CPU training: the training commands re-run themselves with it preloaded, wherever it is found.
 
-PyTorch on CPU allocates every activation and gradient with the C library's ``malloc``. On the CPUs with
-native bf16 (AVX-512-BF16 or AMX) glibc's slowed a training process down as it ran: a two-model training
-under DDP (mutual learning, since removed from transduce; measured at commit c2021c6) started at 3.9k target
-tokens/s and fell to 2.6k by update 2,000; with jemalloc preloaded it held 4.2-4.6k;
-the same 100 batches timed four times in a row ran 1.15-1.24x faster under jemalloc. On a 2-core AVX2 host
-training in fp32 it was the other way round, in a one-process bench, in 3-minute DDP runs and in an hour-long
-recipe run (README, "Which allocator trains"). So by default jemalloc is preloaded only where the CPU has
-native bf16.
+PyTorch on CPU allocates every activation and gradient with the C library's ``malloc``. glibc's slowed a
+training process down as it ran: a two-model training under DDP (mutual learning, since removed from
+transduce; measured at commit c2021c6 on a CPU with native bf16) started at 3.9k target tokens/s and fell to
+2.6k by update 2,000; with jemalloc preloaded it held 4.2-4.6k; the same 100 batches timed four times in a row
+ran 1.15-1.24x faster under jemalloc. With the options below it trains faster on a 2-core AVX2 AMD EPYC in
+fp32 too (2026-12-07): the demo's update under DDP 1.12x, paper-base's 1.03-1.21x (docs/performance.md,
+"The allocator").
 
 ``transduce train``, ``recipe`` and ``demo`` call :func:`reexec_with_jemalloc` first: if jemalloc is not
 loaded yet, is wanted (:func:`choose`) and a ``libjemalloc.so.2`` is found (``make setup`` puts one in the
@@ -28,6 +27,13 @@ default unless MALLOC_CONF is set). Pages kept for good grew without bound where
 (``madvise(MADV_FREE)``: the kernel takes it back only when it needs the memory, and a page it has not taken
 is reused without a fault) and is never purged harder: the same 500 updates at 1,536, validating every 100,
 held 1.2 GB throughout (default decay 1.0 GB, no decay 1.3 GB rising to 4.9 GB).
+
+Those options held only below 8 MiB: jemalloc serves each larger request from a dedicated arena that hands
+its pages back as soon as they are freed, whatever the decay (its ``oversize_threshold``). paper-base's
+activations at 4,000 tokens are 16-32 MB each, so a paper-base update under jemalloc faulted in ~890,000 pages
+(3.5 GB) and ran at 0.70x glibc's speed; ``oversize_threshold:0`` puts every size under the same decay: 14,000
+faults per update, glibc's speed, and the demo's ``small`` update 1.19x faster than before (Intel Xeon with
+AMX, 2026-12-06).
 """
 
 from __future__ import annotations
@@ -38,8 +44,9 @@ from pathlib import Path
 
 LIBRARY = "libjemalloc.so.2"
 # jemalloc's options (its MALLOC_CONF variable) for a training process: a freed page stays for reuse, and after a
-# second unused becomes lazily freeable (MADV_FREE), which the kernel reclaims only under memory pressure
-MALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:-1"
+# second unused becomes lazily freeable (MADV_FREE), which the kernel reclaims only under memory pressure; at
+# every size (oversize_threshold:0: no separate arena for requests over 8 MiB, which would return them at once)
+MALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:-1,oversize_threshold:0"
 SYSTEM_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 
 
@@ -60,37 +67,16 @@ def find_jemalloc(environ: dict[str, str] | None = None) -> Path | None:
     return None
 
 
-def native_bf16_cpu(cpuinfo: str | None = None) -> bool:
-    """Whether the CPU computes bf16 natively (AVX-512-BF16 or AMX-BF16), from /proc/cpuinfo's flags. Read
-    without importing torch, because this runs before the process re-executes itself. False where /proc
-    cannot be read."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.partition(":")[2].split())
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
-
-
-def choose(environ: dict[str, str] | None = None, cpuinfo: str | None = None) -> tuple[Path | None, str]:
+def choose(environ: dict[str, str] | None = None) -> tuple[Path | None, str]:
     """The jemalloc library to preload and "", or None and why not, in words for the run's log.
 
     ``TRANSDUCE_JEMALLOC=/path`` is always honoured and ``=0`` always refused; unset, jemalloc is looked for
-    only on a CPU with native bf16, the hosts where it was measured to train faster.
+    in the virtual environment and the system (:func:`find_jemalloc`).
     """
     env = os.environ if environ is None else environ
     named = env.get("TRANSDUCE_JEMALLOC", "")
     if named == "0":
         return None, "TRANSDUCE_JEMALLOC=0"
-    if not named and not native_bf16_cpu(cpuinfo):
-        return None, (
-            "the CPU has no native bf16, where glibc's malloc trained faster than jemalloc; "
-            "TRANSDUCE_JEMALLOC=/path/libjemalloc.so.2 preloads one anyway"
-        )
     library = find_jemalloc(env)
     if library is None:
         return None, (
