@@ -97,7 +97,8 @@ def test_an_ema_run_checkpoints_the_average_resumes_it_bit_identically_and_saves
 @pytest.mark.slow
 def test_a_recipe_with_ema_scores_the_average_as_a_third_candidate(multi30k_raw, tmp_path):
     out = tmp_path / "out"
-    recipe = load_recipe(write_recipe(tmp_path / "r.toml", multi30k_raw, out, 1), ["train.ema_decay=0.8"])
+    overrides = ["train.ema_decay=0.8", "evaluate.alpha=0.6"]  # one α: a third of the decodes
+    recipe = load_recipe(write_recipe(tmp_path / "r.toml", multi30k_raw, out, 1), overrides)
     results = run_recipe(recipe)
     saved = json.loads((out / "results.json").read_text())
     assert set(saved["scores"]) == {"final", "averaged", "ema"}
