@@ -232,3 +232,23 @@ def test_decode_batching_times_each_batch_size(tiny_model_dir, tmp_path, monkeyp
         rows = [line for line in out.splitlines() if line.startswith("| ") and line[2].isdigit()]
         assert [row.split("|")[1].strip() for row in rows] == ["1", "3"]
         assert all(float(row.split("|")[2]) > 0 for row in rows)
+
+
+def test_the_bench_judges_every_preset_at_2x_and_medium_and_base_at_70_percent_mfu():
+    from bench_train import ThroughputResult
+    from run import targets
+
+    def result(preset: str, transduce: float, peer: float) -> ThroughputResult:
+        # flops_per_token / peak = 1e-4: MFU = tok/s × 1e-4
+        return ThroughputResult(
+            preset, "bf16", 1, 1, 1, 1.0, 1e4, {"transduce": transduce, "nn.Transformer": peer}, {}, 1
+        )
+
+    lines = targets([result("small", 4000, 2000), result("paper-base", 7300, 4900), result("medium", 6100, 3000)])
+    assert lines.splitlines() == [
+        "- small bf16: 2.00× nn.Transformer, target ≥ 2.0× — met",
+        "- paper-base bf16: 1.49× nn.Transformer, target ≥ 2.0× — missed (needs +0.51)",
+        "- paper-base bf16: MFU 73%, target ≥ 70% — met",
+        "- medium bf16: 2.03× nn.Transformer, target ≥ 2.0× — met",
+        "- medium bf16: MFU 61%, target ≥ 70% — missed (needs +9 points)",
+    ]
